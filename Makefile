@@ -1,0 +1,61 @@
+# How a GPU Trains AI: every target installs what it needs into .venv/ first.
+#   make book    build the website into _build/html   (EXECUTE=1: re-run changed notebooks first)
+#   make test    run every test: unit tests, every notebook (nbval), the book build, a browser check
+#   make serve   serve _build/html on http://localhost:$(PORT)
+#   make execute run the notebooks in place (store fresh outputs before committing)
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+.PHONY: help setup book test serve execute browser-deps vendor clean
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is installed only if absent. Here a CPU build of 2.13.0 lies on disk; a bare
+# `torch` would pull a multi-GB CUDA build. On a GPU machine: make setup TORCH=torch
+TORCH ?= torch==2.13.0
+EXECUTE ?= 0
+PORT ?= 8000
+NB ?= chapters/*.ipynb book/*.ipynb
+PYTEST_ARGS ?=
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+
+help:
+	@sed -n '2,6p' Makefile | sed 's/^# //'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(PY) companion/pyproject.toml
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install -e "companion[book]"
+	@touch $@
+
+setup: $(VENV)/.installed
+
+# npm fetches MathJax, require.js and the widget manager at build time (book/tools/vendor.py)
+vendor: setup
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) npm; }
+	$(PY) book/tools/vendor.py
+
+book: vendor
+	$(PY) book/tools/build.py $(if $(filter 1 yes true,$(EXECUTE)),--execute)
+
+# Debian's Chromium for the site check (tests/test_site.py); playwright drives it, never downloads one
+browser-deps:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
+
+test: vendor browser-deps
+	$(PY) -m pytest -c tests/pytest.ini tests $(NB) $(PYTEST_ARGS)
+
+serve:
+	@test -f _build/html/index.html || $(MAKE) book
+	@echo "Serving http://localhost:$(PORT)  (Ctrl-C to stop)"
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+execute: setup
+	$(PY) book/tools/execute.py $(NB)
+
+clean:
+	rm -rf _build book/_static/vendor

@@ -1,0 +1,118 @@
+"""Command line: ``gputrain info | train``; also ``python -m gputrain``.
+
+Bad input never gets a traceback: one line on stderr naming the fix, exit
+code 2, and nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import re
+import sys
+from typing import Optional, Sequence
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the fix (exit code 2), not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
+    """``--lr -3e-4`` -> ``--lr=-3e-4``: argparse would read ``-3e-4`` as a flag."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.fullmatch(r"-[\d.][\d.eE+-]*", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def _field_help(cls) -> dict[str, str]:
+    """The one-line comment after each dataclass field, used as the flag's help."""
+    pattern = re.compile(r"^\s+(\w+):[^#\n]*#\s*(.+)$", re.M)
+    return dict(pattern.findall(inspect.getsource(cls)))
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
+    helps = _field_help(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        kind = type(f.default)
+        help_text = f"{helps.get(f.name, '')} (default: {f.default})"
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text)
+
+
+def _cmd_info(args) -> int:
+    from .device import info
+
+    data = info()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        width = max(len(k) for k in data)
+        for key, value in data.items():
+            print(f"{key:<{width}}  {'unknown' if value is None else value}")
+    return 0
+
+
+def _cmd_train(args) -> int:
+    from .train import TrainConfig, tiny
+
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name) is not None}
+    presets = {"tiny": tiny}
+    cfg = presets[args.preset](**overrides)  # validates: ValueError on a bad field
+
+    from .train import train
+
+    result = train(cfg)
+    summary = result.summary()
+    print(f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f} in "
+          f"{summary['seconds']:.1f} s ({summary['tokens_per_s']:,.0f} tokens/s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .train import TrainConfig
+
+    parser = OneLineParser(
+        prog="gputrain",
+        description="Companion of 'How a GPU Trains AI': inspect the machine, train a GPT.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
+
+    p_info = sub.add_parser("info", help="versions, device, preset and known peak FLOP/s")
+    p_info.add_argument("--json", action="store_true", help="print as JSON")
+    p_info.set_defaults(func=_cmd_info)
+
+    p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
+                             description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")
+    p_train.add_argument("--preset", choices=["tiny"], default="tiny", help="starting configuration")
+    _add_config_flags(p_train, TrainConfig)
+    p_train.set_defaults(func=_cmd_train)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(_attach_negative_numbers(sys.argv[1:] if argv is None else argv))
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"gputrain {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

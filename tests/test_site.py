@@ -1,0 +1,143 @@
+"""The website: it builds with warnings as errors, and in a real browser with
+no network, math is typeset, figures load and widgets render.
+
+The browser is Debian's Chromium (``make browser-deps``) driven by playwright;
+every request that leaves the local server is blocked and recorded, so a page
+that depends on a CDN fails here.  Screenshots land in ``_build/screenshots``.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+sys.path.insert(0, str(ROOT / "book" / "tools"))
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.fixture(scope="module")
+def site():
+    from build import build
+
+    html = build(execute=False, strict=True)  # raises on any warning
+    assert (html / "index.html").exists()
+    return html
+
+
+def test_book_builds_without_warnings(site):
+    pages = list(site.rglob("*.html"))
+    assert len(pages) >= 16
+    for stem in ("01_data", "05_optimizers", "09_fp8"):
+        assert (site / "chapters" / f"{stem}.html").exists()
+
+
+def test_site_assets_are_local(site):
+    """No page loads a script or stylesheet from another host."""
+    external = re.compile(r'<(?:script|link)[^>]+(?:src|href)="(https?:)?//[^"]+"')
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not external.search(text), f"{page.relative_to(site)} loads {external.search(text).group(0)}"
+    assert (site / "_static" / "vendor" / "mathjax" / "tex-chtml.js").exists()
+
+
+def _pages_with_widgets(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if WIDGET_VIEW in p.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    if CHROMIUM is None:
+        pytest.fail("Chromium is missing: run `make browser-deps` (Debian package chromium)")
+    from playwright.sync_api import sync_playwright
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        yield b, f"http://127.0.0.1:{server.server_port}"
+        b.close()
+    server.shutdown()
+
+
+def _open(browser, url_path: str):
+    """Load a page with every non-local request blocked; return (page, blocked, errors)."""
+    b, origin = browser
+    context = b.new_context(viewport={"width": 1280, "height": 900})
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(origin) or r.request.url.startswith("data:"):
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{origin}/{url_path}", wait_until="load")
+    page.wait_for_load_state("networkidle")
+    return page, blocked, errors
+
+
+def _wait_for_math(page) -> int:
+    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30000)
+    page.evaluate("MathJax.startup.promise")
+    return page.evaluate("document.querySelectorAll('mjx-container').length")
+
+
+def test_math_is_typeset_offline(browser):
+    page, blocked, errors = _open(browser, "book/intro.html")
+    assert _wait_for_math(page) >= 1
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "intro.png"), full_page=False)
+    assert not blocked, f"requests left the site: {blocked}"
+    assert not errors, errors
+
+
+def test_figures_load_and_widgets_render(browser, site):
+    widget_pages = _pages_with_widgets(site)
+    assert widget_pages, "no page carries widget state: store it when executing (make execute)"
+    for path in widget_pages:
+        rel = path.relative_to(site).as_posix()
+        page, blocked, errors = _open(browser, rel)
+        page.wait_for_selector(".jupyter-widgets", timeout=30000)
+        n_widgets = page.evaluate("document.querySelectorAll('.jupyter-widgets').length")
+        assert n_widgets >= 1, rel
+        images = page.evaluate(
+            "Array.from(document.querySelectorAll('img')).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])")
+        broken = [src for src, ok in images if not ok]
+        assert not broken, f"{rel}: images that did not load: {broken}"
+        assert _wait_for_math(page) >= 0
+        page.screenshot(path=str(SHOTS / (path.stem + ".png")), full_page=False)
+        assert not blocked, f"{rel}: requests left the site: {blocked}"
+        assert not errors, f"{rel}: {errors}"
+
+
+def test_every_chapter_has_its_figures(browser, site):
+    """Each chapter page shows at least one figure, and every image on it loads."""
+    for path in sorted((site / "chapters").glob("*.html")):
+        rel = path.relative_to(site).as_posix()
+        page, blocked, errors = _open(browser, rel)
+        images = page.evaluate(
+            "Array.from(document.querySelectorAll('.cell_output img, .output img')).map(i => i.complete && i.naturalWidth > 0)")
+        assert all(images), f"{rel}: {images.count(False)} images did not load"
+        assert not blocked, f"{rel}: requests left the site: {blocked}"
+        assert not errors, f"{rel}: {errors}"

@@ -46,3 +46,14 @@ def test_info_has_versions_and_preset():
     assert info["torch"] == torch.__version__
     assert info["preset"] in dv.PRESETS
     assert "preset=" in gt.info_line()
+
+
+def test_results_round_trip_with_provenance(tmp_path):
+    path = tmp_path / "r" / "x.json"
+    assert dv.read_result(path) is None
+    dv.write_result(path, {"tflops": [1.0, 2.0]}, command="bench x")
+    r = dv.read_result(path)
+    assert r["data"] == {"tflops": [1.0, 2.0]}
+    assert r["provenance"]["torch"] == torch.__version__ and r["provenance"]["command"] == "bench x"
+    assert "Measured on" in dv.provenance_note(r)
+    assert not list(path.parent.glob("*.tmp"))

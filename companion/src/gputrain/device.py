@@ -160,3 +160,58 @@ def info_line() -> str:
         f"preset={i['preset']}  device={i['device']} ({i['device_name']})  "
         f"torch={i['torch']}  accelerate={i['accelerate']}  threads={i['threads']}"
     )
+
+
+# --- recorded results ---------------------------------------------------------
+# Numbers only a GPU can produce are measured by the scripts in bench/ on a GPU
+# and committed as JSON under book/results/ with their provenance; a chapter
+# running on a CPU shows them from there (and says where and when they were
+# measured), a chapter running on a GPU measures them live.
+
+
+def provenance(command: str = "") -> dict[str, object]:
+    """Where, when and with what a measurement was made: stored with every result."""
+    import datetime
+    import sys
+
+    i = info()
+    return {
+        "device": i["device_name"],
+        "device_type": i["device"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": i["python"],
+        "torch": i["torch"],
+        "accelerate": i["accelerate"],
+        "cuda": i["cuda"],
+        "command": command or " ".join(sys.argv),
+    }
+
+
+def write_result(path, data: dict, command: str = "") -> None:
+    """Write ``{"provenance": ..., "data": data}`` as JSON, atomically (temp file + rename)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"provenance": provenance(command), "data": data}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def read_result(path) -> Optional[dict]:
+    """A recorded result written by :func:`write_result`, or ``None`` if it was never measured."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def provenance_note(result: dict) -> str:
+    """One sentence saying where and when a recorded result was measured."""
+    p = result["provenance"]
+    return (f"Measured on {p['device']} on {p['date'][:10]} with torch {p['torch']}, "
+            f"accelerate {p['accelerate']}, CUDA {p['cuda']} (command: {p['command']}).")

@@ -1,0 +1,289 @@
+"""Optimizers from scratch: SGD, momentum (heavy ball and Nesterov), RMSprop, Adam, AdamW.
+
+Chapter 5 ("Optimizers and learning rate") explains them.  Each class is a
+real :class:`torch.optim.Optimizer`, so it works with ``LambdaLR``, state
+dicts, hooks and any training loop; only the update rule is written out here,
+one readable line per equation.  ``tests/test_optim.py`` runs each one next to
+its ``torch.optim`` counterpart for 50 steps and requires the parameters to
+agree within 1e-6 at every step.
+
+Notation in the docstrings: parameters $w$, gradient $g_t$ of the loss at step
+$t$ (plus $\\lambda w$ when weight decay $\\lambda$ is coupled into it),
+learning rate $\\eta$.  Parameters whose ``.grad`` is ``None`` are skipped and
+get no state, as in PyTorch.
+
+The state each optimizer keeps per parameter is named as in PyTorch
+(``momentum_buffer``, ``square_avg``, ``exp_avg``, ``exp_avg_sq``), so a
+state dict saved by ``torch.optim`` loads here and continues identically.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+import torch
+from torch.optim import Optimizer
+
+Params = Iterable[torch.Tensor] | Iterable[dict]
+
+
+# --- checks: one clear message per bad value --------------------------------------------
+
+def _check_lr(lr: float) -> None:
+    if not lr > 0:  # also rejects NaN
+        raise ValueError(f"learning rate lr={lr!r} must be > 0; typical values are 1e-5 to 1e-1")
+
+
+def _check_unit(name: str, value: float) -> None:
+    """A decay rate (beta, alpha, momentum) must lie in [0, 1)."""
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}={value!r} must be in [0, 1); common choices are 0.9 to 0.999")
+
+
+def _check_nonneg(name: str, value: float) -> None:
+    if not value >= 0.0:
+        raise ValueError(f"{name}={value!r} must be >= 0; use 0 to turn it off")
+
+
+def _check_betas(betas: tuple[float, float]) -> None:
+    if len(betas) != 2:
+        raise ValueError(f"betas={betas!r} must be a pair (beta1, beta2), e.g. (0.9, 0.999)")
+    _check_unit("betas[0]", betas[0])
+    _check_unit("betas[1]", betas[1])
+
+
+def _with_params(group: dict) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """The (parameter, gradient) pairs of a group, skipping parameters without a gradient."""
+    for p in group["params"]:
+        if p.grad is not None:
+            if p.grad.is_sparse:
+                raise ValueError("sparse gradients are not supported; use torch.optim.SparseAdam")
+            yield p, p.grad
+
+
+def _closure_loss(closure: Optional[Callable[[], float]]) -> Optional[float]:
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
+# --- the optimizers ----------------------------------------------------------------------
+
+class SGD(Optimizer):
+    r"""Plain (stochastic) gradient descent: step against the gradient.
+
+    $$g_t \leftarrow g_t + \lambda w_{t-1}, \qquad w_t = w_{t-1} - \eta\, g_t$$
+
+    No state at all: the cheapest optimizer in memory.  Equal to
+    ``torch.optim.SGD(params, lr, weight_decay=...)``.  Chapter 5.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, weight_decay: float = 0.0):
+        _check_lr(lr)
+        _check_nonneg("weight_decay", weight_decay)
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        loss = _closure_loss(closure)
+        for group in self.param_groups:
+            for p, g in _with_params(group):
+                if group["weight_decay"] != 0:
+                    g = g.add(p, alpha=group["weight_decay"])  # L2 penalty's gradient, lambda * w
+                p.add_(g, alpha=-group["lr"])
+        return loss
+
+
+class Momentum(Optimizer):
+    r"""SGD with momentum: a heavy ball that keeps part of its velocity.
+
+    Heavy ball (Polyak 1964), as PyTorch writes it:
+
+    $$v_t = \mu\, v_{t-1} + (1 - \tau)\, g_t, \qquad w_t = w_{t-1} - \eta\, v_t$$
+
+    with $v_1 = g_1$.  Nesterov's variant (Sutskever et al. 2013's form) looks
+    one step ahead by using $g_t + \mu v_t$ in place of $v_t$.  Gradients that
+    flip sign every step (oscillation across a narrow valley) cancel in $v$;
+    gradients that agree (the gentle slope along it) add up to a step about
+    $1/(1-\mu)$ times larger.  One buffer per parameter.  Equal to
+    ``torch.optim.SGD(params, lr, momentum, dampening, weight_decay, nesterov)``.
+    Chapter 5.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.9, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        _check_lr(lr)
+        _check_unit("momentum", momentum)
+        _check_unit("dampening", dampening)
+        _check_nonneg("weight_decay", weight_decay)
+        if nesterov and (momentum == 0 or dampening != 0):
+            raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        loss = _closure_loss(closure)
+        for group in self.param_groups:
+            mu, tau = group["momentum"], group["dampening"]
+            for p, g in _with_params(group):
+                if group["weight_decay"] != 0:
+                    g = g.add(p, alpha=group["weight_decay"])
+                state = self.state[p]
+                v = state.get("momentum_buffer")
+                if v is None:  # first step: the velocity starts as the gradient itself
+                    v = state["momentum_buffer"] = g.clone()
+                else:
+                    v.mul_(mu).add_(g, alpha=1 - tau)  # v = mu v + (1 - tau) g
+                direction = g.add(v, alpha=mu) if group["nesterov"] else v
+                p.add_(direction, alpha=-group["lr"])
+        return loss
+
+
+class RMSprop(Optimizer):
+    r"""RMSprop (Tieleman & Hinton 2012): divide each gradient by its recent size.
+
+    $$s_t = \alpha\, s_{t-1} + (1-\alpha)\, g_t^2, \qquad
+      w_t = w_{t-1} - \eta\, \frac{g_t}{\sqrt{s_t} + \epsilon}$$
+
+    Steep coordinates (large $|g|$) get small steps, flat ones large steps: a
+    step size per parameter.  With ``centered=True`` the running mean $\bar g$
+    is subtracted, $\sqrt{s_t - \bar g_t^2}$; with ``momentum`` > 0 the scaled
+    gradient feeds a velocity buffer.  One or two buffers per parameter.
+    Equal to ``torch.optim.RMSprop`` with the same arguments.  Chapter 5.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+        _check_lr(lr)
+        _check_unit("alpha", alpha)
+        _check_nonneg("eps", eps)
+        _check_nonneg("weight_decay", weight_decay)
+        _check_unit("momentum", momentum)
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        loss = _closure_loss(closure)
+        for group in self.param_groups:
+            alpha, eps, mu = group["alpha"], group["eps"], group["momentum"]
+            for p, g in _with_params(group):
+                if group["weight_decay"] != 0:
+                    g = g.add(p, alpha=group["weight_decay"])
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["square_avg"] = torch.zeros_like(p)
+                    if mu > 0:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                    if group["centered"]:
+                        state["grad_avg"] = torch.zeros_like(p)
+                state["step"] += 1
+                s = state["square_avg"]
+                s.mul_(alpha).addcmul_(g, g, value=1 - alpha)  # s = alpha s + (1 - alpha) g^2
+                if group["centered"]:
+                    gbar = state["grad_avg"]
+                    gbar.lerp_(g, 1 - alpha)  # running mean of g
+                    rms = s.addcmul(gbar, gbar, value=-1).sqrt_()  # sqrt(s - gbar^2): a std, not an RMS
+                else:
+                    rms = s.sqrt()
+                rms.add_(eps)
+                if mu > 0:
+                    buf = state["momentum_buffer"]
+                    buf.mul_(mu).addcdiv_(g, rms)
+                    p.add_(buf, alpha=-group["lr"])
+                else:
+                    p.addcdiv_(g, rms, value=-group["lr"])  # w -= lr * g / (sqrt(s) + eps)
+        return loss
+
+
+class Adam(Optimizer):
+    r"""Adam (Kingma & Ba 2015): momentum and RMSprop together, with bias correction.
+
+    $$m_t = \beta_1 m_{t-1} + (1-\beta_1)\, g_t, \qquad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2)\, g_t^2$$
+    $$\hat m_t = \frac{m_t}{1-\beta_1^t}, \qquad \hat v_t = \frac{v_t}{1-\beta_2^t}, \qquad
+      w_t = w_{t-1} - \eta\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}$$
+
+    $m$ and $v$ start at zero, so early averages are too small; dividing by
+    $1-\beta^t$ undoes that.  At $t=1$ the step is $\eta\, g/(|g|+\epsilon)$:
+    every parameter moves by about $\eta$, whatever its gradient's size.
+    ``weight_decay`` here is an L2 penalty added to $g_t$ (the coupled form);
+    :class:`AdamW` decouples it.  Two buffers per parameter, each the size of
+    the parameter: the optimizer state is twice the model.  Equal to
+    ``torch.optim.Adam`` (``amsgrad=False``).  Chapter 5.
+    """
+
+    decoupled = False  # AdamW flips this: how weight decay enters is the only difference
+
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        _check_lr(lr)
+        _check_betas(betas)
+        _check_nonneg("eps", eps)
+        _check_nonneg("weight_decay", weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        loss = _closure_loss(closure)
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p, g in _with_params(group):
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] = t = int(state["step"]) + 1  # int() also accepts torch's tensor counter
+                if wd != 0:
+                    if self.decoupled:
+                        p.mul_(1 - lr * wd)  # AdamW: shrink w directly, outside the adaptive scaling
+                    else:
+                        g = g.add(p, alpha=wd)  # Adam: L2's gradient joins g and gets rescaled with it
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.lerp_(g, 1 - beta1)  # m = beta1 m + (1 - beta1) g
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v = beta2 v + (1 - beta2) g^2
+                bias1 = 1 - beta1 ** t
+                bias2 = 1 - beta2 ** t
+                denom = (v.sqrt() / bias2 ** 0.5).add_(eps)  # sqrt(v_hat) + eps
+                p.addcdiv_(m, denom, value=-lr / bias1)  # w -= lr * m_hat / (sqrt(v_hat) + eps)
+        return loss
+
+
+class AdamW(Adam):
+    r"""AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay.
+
+    $$w_{t-1} \leftarrow (1 - \eta\lambda)\, w_{t-1}, \qquad\text{then the Adam step on } g_t \text{ alone.}$$
+
+    In :class:`Adam` the decay term $\lambda w$ is divided by $\sqrt{\hat v}$ like
+    the rest of the gradient, so parameters with large gradients are barely
+    decayed and the amount stops depending on $\lambda$ the way one expects.
+    AdamW shrinks every weight by the same factor per step.  Equal to
+    ``torch.optim.AdamW``.  Chapter 5.
+    """
+
+    decoupled = True
+
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def state_bytes(optimizer: Optimizer) -> int:
+    """Bytes held by the optimizer's state tensors (``state_dict()["state"]``).  Chapter 5.
+
+    Plain SGD holds 0, momentum and RMSprop one buffer per parameter, Adam two:
+    in fp32 that is 8 bytes per parameter on top of the model's 4.
+    """
+    total = 0
+    for per_param in optimizer.state_dict()["state"].values():
+        for value in per_param.values():
+            if torch.is_tensor(value):
+                total += value.numel() * value.element_size()
+    return total
+
+
+__all__ = ["SGD", "Momentum", "RMSprop", "Adam", "AdamW", "state_bytes"]

@@ -62,17 +62,62 @@ class CausalSelfAttention(nn.Module):
         return self.resid_drop(self.proj(y))
 
 
-class MLP(nn.Module):
-    """Position-wise feed-forward: C -> 4C -> GELU -> C."""
+# The activations an MLP can put between its layers.  "identity" is there on
+# purpose: with it, a deep MLP is still one matrix (chapter 2 shows it).
+ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "identity")
 
-    def __init__(self, cfg: GPTConfig):
+
+class Activation(nn.Module):
+    """An element-wise non-linearity chosen by name; a module so hooks and printouts see it."""
+
+    def __init__(self, name: str):
         super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.drop = nn.Dropout(cfg.dropout)
+        if name not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {name!r}; use one of: {', '.join(ACTIVATIONS)}")
+        self.name = name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))  # (B, T, C)
+        if self.name == "identity":
+            return x
+        if self.name in ("tanh", "sigmoid"):
+            return getattr(torch, self.name)(x)
+        return getattr(F, self.name)(x)  # F.relu / F.gelu (exact erf form, as GPT-2), looked up per call
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+class MLP(nn.Module):
+    """A multilayer perceptron: ``depth`` linear layers with an activation between them (chapter 2).
+
+    ``fc`` maps the input to ``hidden`` features, ``depth - 2`` layers in
+    ``hidden`` keep that width, and ``proj`` maps to ``n_out``; no activation
+    follows the last layer (its outputs are logits).  ``depth=1`` is a single
+    linear layer (``fc`` straight to ``n_out``).  The same class is the
+    position-wise feed-forward inside every GPT block (C -> 4C -> GELU -> C).
+    """
+
+    def __init__(self, n_in: int, n_out: int, *, hidden: int = 64, depth: int = 2,
+                 activation: str = "relu", bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"MLP depth must be >= 1 (the number of linear layers), got {depth}")
+        self.activation = activation
+        self.fc = nn.Linear(n_in, hidden if depth > 1 else n_out, bias=bias)
+        self.hidden = nn.ModuleList(nn.Linear(hidden, hidden, bias=bias) for _ in range(depth - 2))
+        self.proj = nn.Linear(hidden, n_out, bias=bias) if depth > 1 else None
+        self.act = Activation(activation)
+        self.drop = nn.Dropout(dropout)
+
+    def linears(self) -> list[nn.Linear]:
+        """The linear layers in the order the input meets them."""
+        return [self.fc, *self.hidden] + ([self.proj] if self.proj is not None else [])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layers = self.linears()
+        for layer in layers[:-1]:
+            x = self.act(layer(x))  # (..., hidden): the non-linearity is what stops the collapse
+        return self.drop(layers[-1](x))  # (..., n_out)
 
 
 class Block(nn.Module):
@@ -83,7 +128,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.mlp = MLP(cfg)
+        # position-wise feed-forward: C -> 4C -> GELU -> C
+        self.mlp = MLP(cfg.n_embd, cfg.n_embd, hidden=4 * cfg.n_embd, depth=2,
+                       activation="gelu", bias=cfg.bias, dropout=cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))  # (B, T, C): the residual stream
@@ -180,3 +227,165 @@ def count_params(model: nn.Module, trainable_only: bool = False) -> int:
         seen.add(id(p))
         n += p.numel()
     return n
+
+
+def gpt_num_params(cfg: GPTConfig) -> int:
+    """Closed-form parameter count of :class:`GPT` (head tied to the token embedding).
+
+    Per block: attention 4C^2 (qkv and proj) and MLP 8C^2 (C -> 4C -> C), so
+    12C^2 weights, plus 13C biases and LayerNorm gains/shifts when ``bias``.
+    """
+    V, T, L, C = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_embd
+    per_block = 12 * C * C + (13 * C if cfg.bias else 2 * C)  # weights + biases/LN (2 LN gains only)
+    final_ln = 2 * C if cfg.bias else C
+    return V * C + T * C + L * per_block + final_ln
+
+
+# --- the perceptron and what one layer cannot do (chapter 2) ----------------
+
+
+class Perceptron(nn.Module):
+    """Rosenblatt's perceptron: one linear layer and a step, ``y = [w.x + b > 0]`` (chapter 2)."""
+
+    def __init__(self, n_in: int):
+        super().__init__()
+        self.linear = nn.Linear(n_in, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.linear(x).squeeze(-1) > 0).long()  # (B,) labels 0 or 1
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor, y: torch.Tensor, epochs: int = 100, lr: float = 1.0) -> list[float]:
+        """Rosenblatt's rule: after each mistake, ``w += lr (y - y_hat) x``; accuracy after each epoch.
+
+        It stops early once every example is right (which happens whenever the
+        classes are linearly separable, by the perceptron convergence theorem).
+        """
+        if x.dim() != 2 or y.shape != x.shape[:1]:
+            raise ValueError(f"fit expects x of shape (n, features) and y of shape (n,), got {tuple(x.shape)} "
+                             f"and {tuple(y.shape)}")
+        history = []
+        for _ in range(epochs):
+            for xi, yi in zip(x, y):  # one example at a time, as in 1958
+                err = float(yi) - float(self(xi[None])[0])  # -1, 0 or +1
+                self.linear.weight += lr * err * xi  # (1, n_in) += (n_in,)
+                self.linear.bias += lr * err
+            history.append((self(x) == y).float().mean().item())
+            if history[-1] == 1.0:
+                break
+        return history
+
+
+def best_linear_accuracy(x: torch.Tensor, y: torch.Tensor) -> float:
+    """The best accuracy any line ``w.x + b = 0`` can reach on 2-D points, found exhaustively.
+
+    Which side of a line each point falls on depends only on the order of the
+    projections ``w.x``; that order changes only at the finitely many angles
+    where ``w`` is perpendicular to the difference of two points.  One angle
+    inside each interval between those critical angles, and every threshold
+    between consecutive projections, therefore visits every labelling a line
+    can produce.  (Chapter 2 uses it to show XOR's ceiling of 3/4.)
+    """
+    if x.dim() != 2 or x.shape[1] != 2:
+        raise ValueError(f"best_linear_accuracy enumerates lines in the plane: x must be (n, 2), got {tuple(x.shape)}")
+    x, y = x.double(), y.bool()
+    d = x[None, :, :] - x[:, None, :]  # (n, n, 2): pairwise differences
+    i, j = torch.triu_indices(len(x), len(x), 1)
+    d = d[i, j]
+    d = d[d.abs().sum(1) > 0]  # identical points never change order
+    crit = torch.atan2(d[:, 1], d[:, 0]) + math.pi / 2  # normal directions where two points tie
+    crit = torch.cat([crit, crit + math.pi]).remainder(2 * math.pi).sort().values
+    if len(crit) == 0:
+        angles = torch.zeros(1, dtype=torch.float64)
+    else:
+        gaps = torch.diff(torch.cat([crit, crit[:1] + 2 * math.pi]))
+        angles = crit + gaps / 2  # one angle strictly inside each interval
+    best = 0.0
+    for a in angles:
+        p = x @ torch.stack([torch.cos(a), torch.sin(a)])  # (n,) projections
+        v = p.unique()  # sorted
+        thresholds = torch.cat([v[:1] - 1, (v[1:] + v[:-1]) / 2, v[-1:] + 1])
+        acc = ((p[None, :] > thresholds[:, None]) == y).double().mean(1).max().item()
+        best = max(best, acc)
+    return best
+
+
+def collapse_linear(layers: "MLP | list[nn.Linear]") -> nn.Linear:
+    """One ``nn.Linear`` equal to a stack of linear layers with nothing between them (chapter 2).
+
+    ``W2 (W1 x + b1) + b2 = (W2 W1) x + (W2 b1 + b2)``: the product of the
+    matrices is the whole network.
+    """
+    if isinstance(layers, MLP):
+        if layers.activation != "identity":
+            raise ValueError(f"this MLP puts {layers.activation!r} between its layers, so it is not one matrix; "
+                             "only an MLP built with activation='identity' collapses")
+        layers = layers.linears()
+    if not layers:
+        raise ValueError("collapse_linear needs at least one nn.Linear")
+    w = layers[0].weight.detach()  # (out_1, in)
+    b = _bias(layers[0])
+    for layer in layers[1:]:
+        w = layer.weight.detach() @ w  # (out_k, in)
+        b = layer.weight.detach() @ b + _bias(layer)  # (out_k,)
+    out = nn.Linear(w.shape[1], w.shape[0], dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        out.weight.copy_(w)
+        out.bias.copy_(b)
+    return out
+
+
+def _bias(layer: nn.Linear) -> torch.Tensor:
+    return layer.bias.detach() if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+
+
+# --- looking inside a forward pass (chapter 2) ------------------------------
+
+
+@dataclass
+class ShapeRecord:
+    """One module call seen during a forward pass."""
+
+    name: str  # dotted path inside the model ("blocks.0.attn")
+    kind: str  # the module's class name
+    inputs: list[tuple[int, ...]]  # shapes of the tensor inputs
+    output: tuple[int, ...]  # shape of the (first) tensor output
+
+
+def trace_shapes(model: nn.Module, *inputs, max_depth: int | None = None) -> list[ShapeRecord]:
+    """Run ``model(*inputs)`` and record every module's input and output shapes, in call order.
+
+    Forward hooks see each call; ``max_depth`` keeps only names with at most
+    that many dots plus one (1: direct children).  The hooks are removed again.
+    """
+    records: list[ShapeRecord] = []
+    pending: dict[int, ShapeRecord] = {}
+    handles = []
+
+    def shapes(obj) -> list[tuple[int, ...]]:
+        leaves = obj if isinstance(obj, (tuple, list)) else [obj]
+        return [tuple(t.shape) for t in leaves if isinstance(t, torch.Tensor)]
+
+    def pre(name):
+        def hook(mod, args):
+            kind = f"Activation({mod.name})" if isinstance(mod, Activation) else type(mod).__name__
+            rec = ShapeRecord(name, kind, shapes(args), ())
+            records.append(rec)
+            pending[id(mod)] = rec
+        return hook
+
+    def post(mod, args, out):
+        found = shapes(out)
+        pending.pop(id(mod)).output = found[0] if found else ()
+
+    for name, mod in model.named_modules():
+        if not name or (max_depth is not None and name.count(".") + 1 > max_depth):
+            continue
+        handles += [mod.register_forward_pre_hook(pre(name)), mod.register_forward_hook(post)]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return records

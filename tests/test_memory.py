@@ -77,3 +77,152 @@ def test_checkpointing_other_block_types_and_errors():
         apply_activation_checkpointing(GPT(cfg), block_types=[torch.nn.Conv2d])
     with pytest.raises(ValueError, match="nn.Module subclasses"):
         apply_activation_checkpointing(GPT(cfg), block_types=["Block"])
+
+
+# --- the estimator: published numbers ---------------------------------------------------------------
+
+from gputrain.memory import (GPT3_175B, RECIPES, ModelShape, PrecisionRecipe, estimate,  # noqa: E402
+                             get_recipe, korthikanti_activations, measure_step, register_recipe)
+from gputrain.precision import MasterWeights  # noqa: E402
+
+
+def test_gpt3_weights_in_16_bits_take_350_gb():
+    assert estimate(175e9, precision="bf16-mixed").parameters == 350e9
+    assert estimate(GPT3_175B, precision="fp16-mixed").parameters == 350e9
+
+
+def test_mixed_precision_adam_is_16_bytes_per_parameter():
+    assert get_recipe("bf16-mixed").bytes_per_param("adam") == 16  # 2 + 2 + 4 + 4 + 4
+    assert get_recipe("bf16-autocast").bytes_per_param("adamw") == 16  # 4 + 4 + 0 + 4 + 4
+    assert get_recipe("fp32").bytes_per_param("sgd") == 8
+    e = estimate(1e9, precision="fp16-mixed", optimizer="adam")
+    assert e.total == 16e9 and e.activations == 0
+
+
+@pytest.mark.parametrize("stage, gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_example(stage, gb):
+    # Rajbhandari et al. 2020, figure 1: Psi = 7.5B parameters, N_d = 64 GPUs, K = 12
+    e = estimate(7.5e9, precision="fp16-mixed", optimizer="adam", zero_stage=stage, dp=64)
+    assert round(e.total / 1e9, 1) == gb
+
+
+def test_korthikanti_formula():
+    s, b, h, a = 2048, 1, 12288, 96  # GPT-3 175B
+    assert korthikanti_activations(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
+    assert korthikanti_activations(s, b, h, a, n_layer=96, recompute="full") == 2 * s * b * h * 96
+    e = estimate(GPT3_175B, batch_size=b, seq_len=s, activation_model="korthikanti")
+    assert e.activations == 96 * s * b * h * (34 + 5 * a * s / h)
+
+
+def test_our_gpt_matches_korthikanti_without_masks_and_attention_matrix():
+    # 16-bit activations, fused attention, no dropout: 32·s·b·h + statistics per layer
+    shape = ModelShape(n_layer=1, n_embd=1024, n_head=16, vocab_size=256, block_size=512)
+    from gputrain.memory import gpt_layer_activations
+
+    per_token = sum(gpt_layer_activations(shape, get_recipe("bf16-mixed")).values())
+    assert per_token == 32 * 1024 + 4 * 2 + 4 * 16
+    assert per_token * 512 < korthikanti_activations(512, 1, 1024, 16, recompute="selective")
+
+
+def test_fp8_recipe_is_one_more_entry():
+    recipe = register_recipe(PrecisionRecipe("test-fp8", 1, 2, 4, 4, 1, 2, note="test only"))
+    try:
+        assert estimate(1e9, precision="test-fp8").parameters == 1e9
+    finally:
+        RECIPES.pop(recipe.name)
+
+
+# --- the estimator against measurement --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-autocast", "bf16-mixed"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_estimate_matches_a_measured_training_step(precision, checkpointing):
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    model = GPT(cfg)
+    if checkpointing:
+        apply_activation_checkpointing(model)
+    if precision == "bf16-mixed":
+        model = model.to(torch.bfloat16)
+        optimizer = MasterWeights(model.parameters(), lambda ps: torch.optim.AdamW(ps, fused=True))
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    autocast = torch.bfloat16 if precision == "bf16-autocast" else None
+    x, y = torch.randint(0, 256, (2, 8, 64))
+    measure_step(model, optimizer, x, y, autocast)  # the first step creates Adam's states
+    measured = measure_step(model, optimizer, x, y, autocast)
+    est = estimate(model, batch_size=8, precision=precision, optimizer="adamw",
+                   activation_checkpointing=checkpointing)
+    for name in ("parameters", "gradients", "master_weights", "optimizer_states"):
+        assert getattr(est, name) == measured[name], name  # exactly
+    assert abs(est.activations / measured["activations"] - 1) < 0.10
+    assert abs(est.peak / measured["peak"] - 1) < 0.10
+
+
+def test_allocation_tracker_agrees_with_torch_mem_tracker():
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from gputrain.memory import AllocationTracker
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=128, block_size=32, n_layer=2, n_head=2, n_embd=32))
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    idx = torch.randint(0, 128, (4, 32))
+
+    def step():
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    mt = MemTracker()
+    mt.track_external(model, opt)
+    with mt:
+        step()
+    with AllocationTracker() as ours:
+        step()
+    static = sum(p.numel() * 4 for p in model.parameters()) + sum(
+        t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values())
+    theirs = mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    assert abs((ours.peak + static) / theirs - 1) < 0.005, (ours.peak + static, theirs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
+    (dict(dp=0), "data-parallel degree"),
+    (dict(batch_size=-1), "batch_size must be >= 0"),
+    (dict(precision="fp12"), "unknown precision recipe 'fp12'"),
+    (dict(optimizer="lion"), "unknown optimizer 'lion'"),
+    (dict(activation_model="guess"), "activation_model"),
+])
+def test_bad_input_is_a_clear_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        estimate(GPT3_175B, **kwargs)
+
+
+def test_bad_model_input():
+    with pytest.raises(ValueError, match="params must be >= 0"):
+        estimate(-5)
+    with pytest.raises(ValueError, match="n_layer must be >= 1"):
+        ModelShape(n_layer=0, n_embd=8, n_head=1, vocab_size=8, block_size=8)
+    with pytest.raises(ValueError, match="cannot read a GPT shape"):
+        estimate("gpt3")
+    with pytest.raises(ValueError, match="exceeds the model's block_size"):
+        estimate(GPT3_175B, seq_len=4096)
+    with pytest.raises(ValueError, match="dropout"):
+        estimate(GPTConfig(dropout=0.1))
+
+
+def test_cli_memory_prints_the_breakdown():
+    import subprocess
+    import sys
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "gputrain", "memory", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    out = run("--params", "7.5e9", "--precision", "fp16-mixed", "--zero-stage", "1", "--dp", "64")
+    assert out.returncode == 0, out.stderr
+    assert "31.406 GB" in out.stdout.splitlines()[-2]  # total: ZeRO's 31.4 GB
+    bad = run("--zero-stage", "5")
+    assert bad.returncode == 2 and bad.stderr.strip() == "gputrain memory: error: zero_stage must be 0, 1, 2 or 3, got 5"

@@ -1,4 +1,4 @@
-"""Command line: ``gputrain info | train``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | memory``; also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.
@@ -83,6 +83,25 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_memory(args) -> int:
+    from .memory import GPT2_SMALL, GPT3_175B, estimate
+
+    shapes = {"gpt2-small": GPT2_SMALL, "gpt3-175b": GPT3_175B}
+    if args.model is not None and args.params is not None:
+        raise ValueError("give either --params or --model, not both")
+    model = shapes[args.model] if args.model else (args.params if args.params is not None else 175e9)
+    e = estimate(model, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision,
+                 optimizer=args.optimizer, activation_checkpointing=args.checkpointing,
+                 zero_stage=args.zero_stage, dp=args.dp, activation_model=args.activation_model)
+    if args.json:
+        print(json.dumps({"settings": e.settings, "bytes": e.as_dict()}, indent=2))
+    else:
+        print(f"{e.settings['params']:.4g} parameters, {e.settings['precision']}, {args.optimizer}, "
+              f"ZeRO stage {args.zero_stage} over {args.dp} GPU(s); bytes per GPU:")
+        print(e.table())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .train import TrainConfig
 
@@ -95,6 +114,25 @@ def build_parser() -> argparse.ArgumentParser:
     p_info = sub.add_parser("info", help="versions, device, preset and known peak FLOP/s")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
+
+    p_mem = sub.add_parser("memory", help="bytes per GPU of training a model (chapter 7)",
+                           description="Estimate parameters, gradients, master weights, optimizer states "
+                                       "and activations per GPU.")
+    p_mem.add_argument("--params", type=float, default=None, help="parameter count, e.g. 175e9 (default)")
+    p_mem.add_argument("--model", choices=["gpt2-small", "gpt3-175b"], default=None,
+                       help="a known shape instead of --params (adds activations)")
+    p_mem.add_argument("--batch-size", type=int, default=1, help="micro-batch per GPU (default: 1)")
+    p_mem.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the context)")
+    p_mem.add_argument("--precision", default="bf16-mixed",
+                       help="recipe: fp32, tf32, bf16-mixed, fp16-mixed, bf16-autocast, bf16-pure, ...")
+    p_mem.add_argument("--optimizer", default="adam", help="adam, adamw, sgd, momentum, ... (default: adam)")
+    p_mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    p_mem.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
+    p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
+    p_mem.add_argument("--activation-model", choices=["gputrain", "korthikanti"], default="korthikanti",
+                       help="our GPT's saved tensors or Korthikanti et al.'s formula (default)")
+    p_mem.add_argument("--json", action="store_true", help="print as JSON")
+    p_mem.set_defaults(func=_cmd_memory)
 
     p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
                              description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")

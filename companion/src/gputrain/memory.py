@@ -1,16 +1,26 @@
 """Where training memory goes, and how to get it back (chapter 7).
 
-:func:`apply_activation_checkpointing` trades compute for memory from the
-outside: the model's code is unchanged.
+* :func:`estimate` predicts the bytes of parameters, gradients, master
+  weights, optimizer states and activations for a GPT-style model under a
+  precision recipe, an optimizer, activation checkpointing and a ZeRO stage.
+* :func:`measure_step` and :class:`AllocationTracker` measure the same
+  components of a real training step, so the two can be compared.
+* :func:`apply_activation_checkpointing` trades compute for memory from the
+  outside: the model's code is unchanged.
 """
 
 from __future__ import annotations
 
 import types
-from typing import Iterable, Optional
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 
 _CKPT_FLAG = "_gputrain_checkpointed"
@@ -72,3 +82,453 @@ def remove_activation_checkpointing(model: nn.Module) -> nn.Module:
 def is_checkpointed(model: nn.Module) -> bool:
     """Whether any submodule of ``model`` runs under activation checkpointing."""
     return any(getattr(m, _CKPT_FLAG, False) for m in model.modules())
+
+
+# --- precision recipes: bytes per parameter and per activation ------------------------------------
+
+
+@dataclass(frozen=True)
+class PrecisionRecipe:
+    """How many bytes each kind of training state takes under one precision recipe (chapter 7).
+
+    An FP8 recipe (chapter 9) is one more instance, added with :func:`register_recipe`.
+    """
+
+    name: str
+    weights: float  # bytes per parameter of the weights the model holds
+    grads: float  # bytes per parameter of the gradients
+    master: float  # bytes per parameter of a separate FP32 master copy (0: the weights are the master)
+    optimizer_state: float  # bytes per element of each optimizer state (Adam's m and v)
+    activations: float  # bytes per saved activation element inside matmul-heavy ops
+    residual: float  # bytes per element of the residual stream and LayerNorm inputs
+    weight_cast: float = 0.0  # bytes per matmul weight of low-precision copies saved for backward (autocast)
+    note: str = ""  # where the recipe comes from
+
+    def bytes_per_param(self, optimizer: str = "adam") -> float:
+        """Persistent bytes per parameter: weights + grads + master + optimizer states."""
+        return self.weights + self.grads + self.master + optimizer_states(optimizer) * self.optimizer_state
+
+
+RECIPES: dict[str, PrecisionRecipe] = {}
+
+
+def register_recipe(recipe: PrecisionRecipe) -> PrecisionRecipe:
+    """Add (or replace) a recipe so :func:`estimate` and the CLI accept its name."""
+    for field_name in ("weights", "grads", "master", "optimizer_state", "activations", "residual", "weight_cast"):
+        if getattr(recipe, field_name) < 0:
+            raise ValueError(f"PrecisionRecipe.{field_name} must be >= 0, got {getattr(recipe, field_name)}")
+    RECIPES[recipe.name] = recipe
+    return recipe
+
+
+for _r in (
+    PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
+    PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
+    PrecisionRecipe("bf16-mixed", 2, 2, 4, 4, 2, 2,
+                    note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)"),
+    PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
+    PrecisionRecipe("bf16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                    note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master"),
+    PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                    note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
+    PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
+):
+    register_recipe(_r)
+
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+
+
+def optimizer_states(optimizer: str) -> int:
+    """Tensors of optimizer state per parameter tensor: Adam keeps two (m and v), SGD none."""
+    key = optimizer.lower()
+    if key not in OPTIMIZER_STATES:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of: {', '.join(OPTIMIZER_STATES)}")
+    return OPTIMIZER_STATES[key]
+
+
+def get_recipe(recipe: "str | PrecisionRecipe") -> PrecisionRecipe:
+    if isinstance(recipe, PrecisionRecipe):
+        return recipe
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown precision recipe {recipe!r}; use one of: {', '.join(RECIPES)}")
+    return RECIPES[recipe]
+
+
+# --- model shapes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shape of a GPT-style decoder; enough to count its parameters and activations."""
+
+    n_layer: int  # transformer blocks L
+    n_embd: int  # hidden width h
+    n_head: int  # attention heads a
+    vocab_size: int  # V
+    block_size: int  # longest context (positions with an embedding)
+    params_override: Optional[float] = None  # a published parameter count, used instead of the formula
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ModelShape.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def layer_params(self) -> int:
+        h = self.n_embd
+        return 12 * h * h + 13 * h  # qkv 3h²+3h, proj h²+h, fc 4h²+4h, proj 4h²+h, two LayerNorms 4h
+
+    @property
+    def matmul_weights(self) -> int:
+        """Elements of the weight matrices that matmuls read (cast by autocast): blocks + tied head."""
+        return 12 * self.n_embd**2 * self.n_layer + self.vocab_size * self.n_embd
+
+    @property
+    def params(self) -> float:
+        if self.params_override is not None:
+            return self.params_override
+        h = self.n_embd  # tied token embedding/head V·h, positions T·h, final LayerNorm 2h
+        return self.n_layer * self.layer_params + self.vocab_size * h + self.block_size * h + 2 * h
+
+    @property
+    def param_tensors(self) -> int:
+        return 12 * self.n_layer + 4  # each block 12 (6 weights, 6 biases); wte, wpe, ln_f w and b
+
+
+GPT2_SMALL = ModelShape(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, block_size=1024)
+GPT3_175B = ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab_size=50257, block_size=2048,
+                       params_override=175e9)
+
+
+def shape_of(model) -> ModelShape:
+    """A :class:`ModelShape` from a ``GPTConfig``, a ``GPT`` or a ``ModelShape``."""
+    if isinstance(model, ModelShape):
+        return model
+    cfg = getattr(model, "cfg", model)
+    try:
+        return ModelShape(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
+                          vocab_size=cfg.vocab_size, block_size=cfg.block_size)
+    except AttributeError:
+        raise ValueError(f"cannot read a GPT shape from {type(model).__name__}; pass a GPTConfig, "
+                         "a gputrain GPT, a ModelShape or a parameter count") from None
+
+
+# --- activations ----------------------------------------------------------------------------------
+
+
+def korthikanti_activations(s: int, b: int, h: int, a: int, n_layer: int = 1, recompute: str = "none") -> float:
+    """Activation bytes of a transformer per Korthikanti et al. (2022), equations (1)-(2) and section 5.
+
+    ``none``: s·b·h·(34 + 5·a·s/h) per layer (16-bit activations, 1-byte
+    dropout masks, the a·s² attention matrix stored); ``selective``: the
+    attention matrix recomputed, 34·s·b·h; ``full``: only each layer's input
+    kept, 2·s·b·h.  Times ``n_layer``.
+    """
+    _check_sizes(s=s, b=b, h=h, a=a, n_layer=n_layer)
+    per_layer = {"none": s * b * h * (34 + 5 * a * s / h), "selective": 34 * s * b * h, "full": 2 * s * b * h}
+    if recompute not in per_layer:
+        raise ValueError(f"recompute must be one of none, selective, full; got {recompute!r}")
+    return per_layer[recompute] * n_layer
+
+
+def gpt_layer_activations(shape: ModelShape, recipe: PrecisionRecipe) -> dict[str, float]:
+    """Bytes one block of :class:`gputrain.model.GPT` saves for backward, per token, by tensor.
+
+    Read off the autograd graph (see chapter 7's table): the LayerNorm inputs
+    and statistics, the matmul inputs, q/k/v (views of one buffer), the
+    attention output and its log-sum-exp (fused SDPA: no s×s matrix; its
+    output is laid out so that ``transpose(1, 2).contiguous()`` copies
+    nothing, so the out-projection saves the same buffer), the GELU input
+    and output.  Assumes dropout = 0 (no masks).
+    """
+    h, a, A, R = shape.n_embd, shape.n_head, recipe.activations, recipe.residual
+    return {
+        "LayerNorm inputs (2)": 2 * h * R,
+        "LayerNorm mean, rstd (2×2)": 4 * R,
+        "qkv matmul input": h * A,
+        "q, k, v (one buffer)": 3 * h * A,
+        "attention output = out-projection input": h * A,
+        "attention log-sum-exp (FP32)": 4 * a,
+        "MLP fc input": h * A,
+        "GELU input": 4 * h * A,
+        "MLP proj input": 4 * h * A,
+    }
+
+
+def gpt_activations(shape: ModelShape, recipe: PrecisionRecipe, batch_size: int, seq_len: int,
+                    checkpointing: bool = False) -> dict[str, float]:
+    """Bytes saved for backward by one forward of :class:`gputrain.model.GPT`, by part (chapter 7).
+
+    With ``checkpointing`` each block keeps only its input (see
+    :func:`recomputed_block_bytes` for what comes back during backward).
+    """
+    tokens = batch_size * seq_len
+    h, V, L, R = shape.n_embd, shape.vocab_size, shape.n_layer, recipe.residual
+    parts = {}
+    if checkpointing:
+        parts["blocks (inputs kept)"] = L * h * R * tokens
+    else:
+        parts["blocks"] = L * sum(gpt_layer_activations(shape, recipe).values()) * tokens
+    # token ids (int64) and positions, final LayerNorm input and stats, head input,
+    # FP32 log-probabilities and targets of the cross-entropy
+    parts["embeddings, final norm, head"] = tokens * (8 + h * R + 2 * R + h * recipe.activations) + 8 * seq_len
+    parts["cross-entropy (FP32 log-probs)"] = tokens * (4 * V + 8) + 4  # + the loss weight (a scalar)
+    if recipe.weight_cast:  # checkpointed blocks cast again when recomputed; the head's cast stays
+        parts["weight casts (autocast)"] = recipe.weight_cast * (V * h if checkpointing else shape.matmul_weights)
+    return parts
+
+
+def recomputed_block_bytes(shape: ModelShape, recipe: PrecisionRecipe, tokens: int) -> float:
+    """Activations of one block rebuilt during backward under checkpointing (and its weight casts)."""
+    h = shape.n_embd
+    return sum(gpt_layer_activations(shape, recipe).values()) * tokens + recipe.weight_cast * 12 * h * h
+
+
+# --- the estimator --------------------------------------------------------------------------------
+
+COMPONENTS = ("parameters", "gradients", "master_weights", "optimizer_states", "activations")
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes per GPU (per data-parallel rank) for one training step, by component."""
+
+    parameters: float
+    gradients: float
+    master_weights: float
+    optimizer_states: float
+    activations: float  # saved for backward by the forward pass
+    activation_parts: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # bytes above ``static`` at moments of a step
+    settings: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def static(self) -> float:
+        """Bytes that live across steps: everything but activations and gradients."""
+        return self.parameters + self.master_weights + self.optimizer_states
+
+    @property
+    def total(self) -> float:
+        """The usual sum of the five components (what papers quote; :attr:`peak` is what a step hits)."""
+        return self.static + self.gradients + self.activations
+
+    @property
+    def peak(self) -> float:
+        """Predicted peak of allocated memory in a step with ``zero_grad(set_to_none=True)``.
+
+        Gradients are born while activations die, so instead of the sum the
+        peak is ``static`` plus the largest of :attr:`phases`.
+        """
+        return self.static + max(self.phases.values())
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in COMPONENTS} | {"total": self.total, "peak": self.peak}
+
+    def table(self, unit: float = 1e9, unit_name: str = "GB") -> str:
+        """A plain-text table of the components, in ``unit_name`` (default GB = 1e9 bytes)."""
+        rows = [(name.replace("_", " "), getattr(self, name)) for name in COMPONENTS]
+        rows += [("total", self.total), ("peak (one step)", self.peak)]
+        width = max(len(r[0]) for r in rows)
+        return "\n".join(f"{name:<{width}}  {value / unit:12,.3f} {unit_name}" for name, value in rows)
+
+
+def _check_sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        if value is None:
+            continue
+        if value < 0 or value != value:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _gpt_phases(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: dict[str, float],
+                grads: float, checkpointing: bool) -> dict[str, float]:
+    """Bytes above ``static`` at three moments of a step of our GPT (which one peaks depends on the shape)."""
+    h, V = shape.n_embd, shape.vocab_size
+    logits = tokens * V * recipe.activations  # returned by forward, held by the caller
+    saved = sum(parts.values())
+    # nll_loss and log_softmax backward each make an FP32 (tokens, V) gradient
+    start = logits + saved + tokens * V * 8
+    # inside the top block's backward: the loss is gone, the head's gradient exists, the block
+    # (rebuilt, under checkpointing) works on a 4h-wide gradient and the residual stream's gradient
+    in_block = (logits + saved - parts["cross-entropy (FP32 log-probs)"] + V * h * recipe.grads
+                + tokens * h * (4 * recipe.activations + 4))
+    if checkpointing:
+        in_block += recomputed_block_bytes(shape, recipe, tokens)
+    # with master weights, the step also makes FP32 copies of the gradients for the masters
+    step = grads + (shape.params * 4 if recipe.master else 0)
+    return {"start of backward": start, "backward of the top block": in_block, "optimizer step": step}
+
+
+def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
+             precision: "str | PrecisionRecipe" = "bf16-mixed", optimizer: str = "adam",
+             activation_checkpointing: bool = False, zero_stage: int = 0, dp: int = 1,
+             activation_model: str = "gputrain") -> MemoryBreakdown:
+    """Bytes per GPU of training ``model`` (chapter 7; per-rank ZeRO memory in chapter 8).
+
+    ``model``: a parameter count (no activations then), a ``ModelShape``, a
+    ``GPTConfig`` or a ``GPT``.  ``batch_size`` is the micro-batch per rank,
+    ``seq_len`` defaults to the model's context.  ZeRO (Rajbhandari et al.):
+    stage 1 shards master weights and optimizer states over ``dp`` ranks,
+    stage 2 also gradients, stage 3 also the parameters.  Activations follow
+    our GPT's autograd graph (``activation_model="gputrain"``) or Korthikanti
+    et al.'s formula (``"korthikanti"``, full recomputation when checkpointing).
+    """
+    recipe = get_recipe(precision)
+    n_states = optimizer_states(optimizer)
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if not isinstance(dp, int) or dp < 1:
+        raise ValueError(f"dp (data-parallel degree) must be an integer >= 1, got {dp!r}")
+    _check_sizes(batch_size=batch_size, seq_len=seq_len)
+    if activation_model not in ("gputrain", "korthikanti"):
+        raise ValueError(f"activation_model must be 'gputrain' or 'korthikanti', got {activation_model!r}")
+
+    shape, n_tensors = None, 0
+    if isinstance(model, (int, float)):
+        _check_sizes(params=model)
+        psi = float(model)
+    else:
+        shape = shape_of(model)
+        psi = shape.params
+        n_tensors = shape.param_tensors
+        if getattr(getattr(model, "cfg", model), "dropout", 0.0) and activation_model == "gputrain":
+            raise ValueError("the gputrain activation model assumes dropout=0 (no masks); "
+                             "use activation_model='korthikanti' or a model with dropout=0")
+
+    shard = {k: (dp if zero_stage >= k else 1) for k in (1, 2, 3)}
+    states = psi * n_states * recipe.optimizer_state + (4 * n_tensors if n_states == 2 else 0)  # Adam's step
+    acts, parts, phases = 0.0, {}, {}
+    grads = psi * recipe.grads / shard[2]
+    if shape is not None and batch_size > 0:
+        s = seq_len if seq_len is not None else shape.block_size
+        if s > shape.block_size and activation_model == "gputrain":
+            raise ValueError(f"seq_len={s} exceeds the model's block_size={shape.block_size}")
+        if activation_model == "korthikanti":
+            mode = "full" if activation_checkpointing else "none"
+            parts = {"blocks": korthikanti_activations(s, batch_size, shape.n_embd, shape.n_head,
+                                                       shape.n_layer, recompute=mode)}
+        else:
+            parts = gpt_activations(shape, recipe, batch_size, s, activation_checkpointing)
+            phases = _gpt_phases(shape, recipe, batch_size * s, parts, grads, activation_checkpointing)
+        acts = sum(parts.values())
+    if not phases:
+        phases = {"activations and gradients together": acts + grads}
+    return MemoryBreakdown(
+        parameters=psi * recipe.weights / shard[3],
+        gradients=grads,
+        master_weights=psi * recipe.master / shard[1],
+        optimizer_states=states / shard[1],
+        activations=acts,
+        activation_parts=parts,
+        phases=phases,
+        settings={"params": psi, "precision": recipe.name, "optimizer": optimizer, "batch_size": batch_size,
+                  "seq_len": seq_len, "activation_checkpointing": activation_checkpointing,
+                  "zero_stage": zero_stage, "dp": dp, "activation_model": activation_model},
+    )
+
+
+# --- measurement ----------------------------------------------------------------------------------
+
+
+def _storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
+    """Distinct storages (data pointer -> bytes): views and shared buffers count once."""
+    out: dict[int, int] = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        out[st.data_ptr()] = st.nbytes()
+    return out
+
+
+@contextmanager
+def saved_tensors(exclude: Iterable[torch.Tensor] = ()):
+    """Record the distinct storages autograd saves for backward inside the block.
+
+    Yields a dict (data pointer -> bytes) filled as the forward runs.
+    Storages of ``exclude`` (pass the parameters) are left out: they exist
+    anyway.  q, k and v, which are views of one buffer, count once.
+    """
+    skip = set(_storages(exclude))
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield seen
+
+
+class AllocationTracker(TorchDispatchMode):
+    """Live and peak bytes of the tensor storages created while it is active.
+
+    A CPU stand-in for ``torch.cuda.max_memory_allocated`` (it works on any
+    device): every operator's fresh outputs are counted when created and
+    uncounted when their storage is freed.  Tensors that existed before
+    (parameters, optimizer states) are not counted.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}
+
+    def _free(self, key: int) -> None:
+        self.live -= self._sizes.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            st = t.untyped_storage()
+            key, size = st.data_ptr(), st.nbytes()
+            if key in inputs or key in self._sizes or size == 0:  # a view or in-place result
+                continue
+            self._sizes[key] = size
+            self.live += size
+            weakref.finalize(st, self._free, key)  # fires when the storage itself dies
+        self.peak = max(self.peak, self.live)
+        return out
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    return sum(_storages(tensors).values())
+
+
+def measure_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
+                 autocast_dtype: Optional[torch.dtype] = None) -> dict[str, int]:
+    """Measure one training step of ``model`` (called as ``model(x, y) -> (logits, loss)``), in bytes.
+
+    ``optimizer`` is a torch optimizer or a :class:`gputrain.precision.MasterWeights`.
+    Returns parameters, gradients, master weights and optimizer states as held
+    after the step, activations as the storages saved for backward, and
+    ``peak``: the most allocated at once, counting everything that existed
+    before the step too (params, master weights, optimizer states).
+    """
+    params = list(model.parameters())
+    masters = list(getattr(optimizer, "master_params", []))
+    torch_optimizer = getattr(optimizer, "optimizer", optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    before = tensor_bytes(params + masters + _state_tensors(torch_optimizer))
+    with AllocationTracker() as tracker:
+        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
+                            enabled=autocast_dtype is not None):
+            with saved_tensors(exclude=params) as saved:
+                _, loss = model(x, y)
+        activations = sum(saved.values())
+        loss.backward()
+        gradients = tensor_bytes(p.grad for p in params if p.grad is not None)
+        optimizer.step()
+    return {"parameters": tensor_bytes(params), "gradients": gradients, "master_weights": tensor_bytes(masters),
+            "optimizer_states": tensor_bytes(_state_tensors(torch_optimizer)), "activations": activations,
+            "peak": before + tracker.peak}
+
+
+def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [t for st in optimizer.state.values() for t in st.values() if isinstance(t, torch.Tensor)]

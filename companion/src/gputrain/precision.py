@@ -1,0 +1,235 @@
+"""Floating-point formats, rounding, loss scaling and master weights (chapter 7).
+
+Every training number lives in some binary format: one sign bit, some
+exponent bits (the *range*) and some mantissa bits (the *precision*).  This
+module describes the formats a GPU trains in, rounds values to any of them
+from scratch (checked against PyTorch's own casts in ``tests/test_precision.py``),
+and implements the two tricks that make 16-bit training work: dynamic loss
+scaling (:class:`DynamicLossScaler`, the from-scratch twin of
+``torch.amp.GradScaler``) and FP32 master weights (:class:`MasterWeights`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``.
+
+    ``dtype`` is the torch dtype that stores it (``None`` for TF32, which only
+    exists inside tensor cores).  ``saturates``: out-of-range values become
+    ``±max`` instead of ``±inf`` (FP8 E4M3 has no infinity; its top exponent
+    holds numbers, all but one bit pattern, which is NaN).
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    dtype: Optional[torch.dtype]
+    saturates: bool = False
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        return 2 ** (self.exponent_bits - 1) - 1
+
+    @property
+    def max_exponent(self) -> int:
+        """Exponent of the largest finite value (IEEE formats reserve the top code for inf/NaN)."""
+        top = 2**self.exponent_bits - 1 - self.bias
+        return top if self.saturates else top - 1
+
+    @property
+    def max(self) -> float:
+        # E4M3: the top exponent keeps its numbers except mantissa 111 (NaN) -> 1.75 * 2^8 = 448
+        top_mantissa = 2 - 2.0 ** (1 - self.mantissa_bits) if self.saturates else 2 - 2.0**-self.mantissa_bits
+        return top_mantissa * 2.0**self.max_exponent
+
+    @property
+    def smallest_normal(self) -> float:
+        return 2.0 ** (1 - self.bias)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return 2.0 ** (1 - self.bias - self.mantissa_bits)
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon: the gap between 1.0 and the next representable number."""
+        return 2.0**-self.mantissa_bits
+
+    def describe(self) -> dict[str, object]:
+        return {"format": self.name, "bits": self.bits, "sign": 1, "exponent": self.exponent_bits,
+                "mantissa": self.mantissa_bits, "max": self.max, "smallest normal": self.smallest_normal,
+                "smallest subnormal": self.smallest_subnormal, "eps": self.eps}
+
+
+FORMATS: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        FloatFormat("fp32", 8, 23, torch.float32),
+        FloatFormat("tf32", 8, 10, None),  # FP32's range, FP16's precision; tensor cores only
+        FloatFormat("fp16", 5, 10, torch.float16),
+        FloatFormat("bf16", 8, 7, torch.bfloat16),
+        FloatFormat("fp8_e4m3", 4, 3, torch.float8_e4m3fn, saturates=True),
+        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2),
+    )
+}
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
+
+
+def get_format(fmt: "str | FloatFormat") -> FloatFormat:
+    """Look a format up by name (``"bf16"``, ``"fp8_e4m3"``, ``"e5m2"``, ``"half"``...)."""
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    key = _ALIASES.get(str(fmt).lower(), str(fmt).lower())
+    if key not in FORMATS:
+        raise ValueError(f"unknown float format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    return FORMATS[key]
+
+
+def round_to_format(x: torch.Tensor, fmt: "str | FloatFormat") -> torch.Tensor:
+    """Round ``x`` to the nearest value of ``fmt`` (ties to even), returned in ``x``'s dtype.
+
+    Written from scratch with exponent/mantissa arithmetic, so it also covers
+    TF32, which has no torch dtype; the tests check it against torch's casts
+    for every format that has one.  Handles subnormals, overflow (to inf, or
+    to ±max for saturating formats, as torch casts E4M3), inf and NaN.
+    """
+    f = get_format(fmt)
+    a = x.detach().double().abs()  # float64 holds every step of the arithmetic exactly
+    _, e2 = torch.frexp(a)  # a = m * 2**e2 with m in [0.5, 1)
+    exponent = (e2 - 1).clamp(min=1 - f.bias)  # below the normal range the spacing stays fixed
+    ulp = torch.pow(2.0, (exponent - f.mantissa_bits).double())  # spacing of representable values
+    q = torch.round(a / ulp) * ulp  # torch.round rounds half to even
+    q = torch.where(torch.isinf(a), a, q)  # inf stays inf (NaN is restored below)
+    q = torch.where(q > f.max, torch.full_like(q, f.max if f.saturates else float("inf")), q)
+    return (torch.sign(x.detach().double()) * q).to(x.dtype).where(~torch.isnan(x), x)
+
+
+def bit_fields(value: float, fmt: "str | FloatFormat") -> tuple[str, str, str]:
+    """The (sign, exponent, mantissa) bit strings of ``value`` rounded to ``fmt``."""
+    f = get_format(fmt)
+    if f.dtype is None:  # TF32: the top 19 bits of the rounded FP32 pattern
+        rounded = round_to_format(torch.tensor([value], dtype=torch.float32), f)
+        bits = int(rounded.view(torch.int32).item()) & 0xFFFFFFFF
+        pattern = f"{bits:032b}"[: f.bits]
+    else:
+        stored = torch.tensor([value], dtype=torch.float32).to(f.dtype)
+        int_type = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[f.bits]
+        bits = int(stored.view(int_type).item()) & (2**f.bits - 1)
+        pattern = f"{bits:0{f.bits}b}"
+    return pattern[0], pattern[1 : 1 + f.exponent_bits], pattern[1 + f.exponent_bits :]
+
+
+class DynamicLossScaler:
+    """Dynamic loss scaling written from scratch: the behaviour of ``torch.amp.GradScaler`` (chapter 7).
+
+    FP16 gradients below about 6e-8 flush to zero.  Multiplying the loss by a
+    large ``scale`` shifts every gradient up into range; the optimizer step
+    divides it out again.  If any gradient overflowed (inf/NaN), the step is
+    skipped and the scale backs off; after ``growth_interval`` clean steps in
+    a row it grows.  Use it like GradScaler::
+
+        scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
+    """
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+        if not init_scale > 0 or not growth_factor > 1 or not 0 < backoff_factor < 1 or growth_interval < 1:
+            raise ValueError("need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1")
+        self.scale_value = float(init_scale)
+        self.growth_factor = growth_factor
+        self.backoff_factor = backoff_factor
+        self.growth_interval = growth_interval
+        self.good_steps = 0  # clean steps since the last change of scale
+        self.skipped_steps = 0  # steps skipped because a gradient was inf/NaN, in total
+        self._found_inf: Optional[bool] = None  # this iteration's verdict, None until unscale_
+
+    def get_scale(self) -> float:
+        return self.scale_value
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss * scale``: backward through it produces scaled gradients."""
+        return loss * self.scale_value
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Divide the gradients by the scale in place; return whether any was inf/NaN."""
+        if self._found_inf is not None:
+            raise RuntimeError("unscale_() was already called since the last update()")
+        inv_scale = torch.tensor(1.0 / self.scale_value, dtype=torch.float32)  # exact: scale is a power of 2
+        found = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                found |= not bool(torch.isfinite(p.grad).all())
+                p.grad.mul_(inv_scale.to(p.grad.dtype))
+        self._found_inf = found
+        return found
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Unscale if needed, then step unless a gradient overflowed.  Returns whether it stepped."""
+        if self._found_inf is None:
+            self.unscale_(optimizer)
+        if self._found_inf:
+            self.skipped_steps += 1
+            return False
+        optimizer.step()
+        return True
+
+    def update(self) -> None:
+        """Back off after an overflow; grow after ``growth_interval`` clean steps in a row."""
+        if self._found_inf is None:
+            raise RuntimeError("update() needs a step() (or unscale_()) in this iteration first")
+        if self._found_inf:
+            self.scale_value *= self.backoff_factor
+            self.good_steps = 0
+        else:
+            self.good_steps += 1
+            if self.good_steps == self.growth_interval:
+                grown = self.scale_value * self.growth_factor
+                if grown != float("inf"):  # GradScaler refuses to grow into inf
+                    self.scale_value = grown
+                self.good_steps = 0
+        # GradScaler keeps its scale as an FP32 tensor: round ours the same way
+        self.scale_value = float(torch.tensor(self.scale_value, dtype=torch.float32))
+        self._found_inf = None
+
+
+class MasterWeights:
+    """FP32 master copies of a low-precision model's parameters (chapter 7, Micikevicius et al.).
+
+    The model computes in ``bf16``/``fp16``; the optimizer owns FP32 copies.
+    :meth:`step` copies the low-precision gradients into the masters, steps
+    the optimizer there (where a 1e-3 change to 1.0 survives), and writes the
+    rounded result back to the model.  ``make_optimizer`` receives the master
+    parameters, e.g. ``lambda ps: torch.optim.SGD(ps, lr=0.1)``.
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], make_optimizer):
+        self.model_params = [p for p in params if p.requires_grad]
+        self.master_params = [torch.nn.Parameter(p.detach().float().clone()) for p in self.model_params]
+        self.optimizer = make_optimizer(self.master_params)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m in zip(self.model_params, self.master_params):
+            m.grad = None if p.grad is None else p.grad.float()  # (same shape), now in FP32
+        self.optimizer.step()
+        for p, m in zip(self.model_params, self.master_params):
+            p.copy_(m)  # round the FP32 result to the model's format
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the model's gradients (the masters' are rebuilt at every step)."""
+        for p in self.model_params:
+            p.grad = None

@@ -1,0 +1,147 @@
+"""gputrain.precision against torch: formats, rounding, loss scaling, master weights (chapter 7)."""
+
+import copy
+
+import pytest
+import torch
+
+from gputrain.precision import (FORMATS, DynamicLossScaler, MasterWeights, bit_fields, get_format,
+                                round_to_format)
+
+DTYPE_FORMATS = [name for name, f in FORMATS.items() if f.dtype is not None]
+
+
+@pytest.mark.parametrize("name", DTYPE_FORMATS)
+def test_format_constants_match_torch_finfo(name):
+    f = get_format(name)
+    info = torch.finfo(f.dtype)
+    assert f.bits == info.bits
+    assert f.max == info.max
+    assert f.smallest_normal == info.smallest_normal == info.tiny
+    assert f.eps == info.eps
+    # the smallest subnormal is representable, and half of it rounds to zero (ties to even)
+    sub = torch.tensor([f.smallest_subnormal, f.smallest_subnormal / 2], dtype=torch.float64).to(f.dtype)
+    assert sub[0].item() == f.smallest_subnormal and sub[1].item() == 0.0
+
+
+def test_published_constants():
+    assert get_format("fp16").max == 65504
+    assert get_format("fp8_e4m3").max == 448 and get_format("fp8_e5m2").max == 57344
+    assert get_format("bf16").max_exponent == get_format("fp32").max_exponent == 127  # same range
+
+
+def test_tf32_constants_by_rounding_fp32_to_10_mantissa_bits():
+    tf32 = get_format("tf32")
+    r = lambda v: round_to_format(torch.tensor([v], dtype=torch.float32), tf32).item()  # noqa: E731
+    assert r(1 + 2**-10) == 1 + 2**-10 == 1 + tf32.eps  # one mantissa step above 1 survives
+    assert r(1 + 2**-11) == 1.0 and r(1 + 3 * 2**-11) == 1 + 2**-9  # half steps: ties to even
+    assert r(tf32.max) == tf32.max and r(torch.finfo(torch.float32).max) == float("inf")
+    assert tf32.max == (2 - 2**-10) * 2.0**127
+    assert r(tf32.smallest_normal) == tf32.smallest_normal == torch.finfo(torch.float32).tiny
+    assert r(tf32.smallest_subnormal) == tf32.smallest_subnormal and r(tf32.smallest_subnormal * 0.5) == 0.0
+
+
+@pytest.mark.parametrize("name", DTYPE_FORMATS)
+def test_round_to_format_equals_torch_cast(name):
+    f = get_format(name)
+    g = torch.Generator().manual_seed(0)
+    # magnitudes spread over the whole range, plus exact ties and the edges
+    exps = torch.randint(-f.bias - f.mantissa_bits - 3, f.max_exponent + 2, (20_000,), generator=g)
+    x = torch.randn(20_000, generator=g, dtype=torch.float64) * torch.pow(2.0, exps.double())
+    if f.bits < 32:
+        ties = (torch.arange(1, 200, dtype=torch.float64) + 0.5) * f.smallest_subnormal
+        x = torch.cat([x, ties, -ties, torch.tensor([f.max, -f.max, 0.0, float("inf"), float("-inf")])])
+    x = x.float()  # values as they arrive: FP32 tensors
+    expected = x.to(f.dtype).float()
+    torch.testing.assert_close(round_to_format(x, f), expected, rtol=0, atol=0, equal_nan=True)
+
+
+def test_round_to_format_matches_bf16_on_random_bit_patterns():
+    g = torch.Generator().manual_seed(1)
+    bits = torch.randint(-(2**31), 2**31 - 1, (50_000,), generator=g, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    torch.testing.assert_close(round_to_format(x, "bf16"), x.to(torch.bfloat16).float(),
+                               rtol=0, atol=0, equal_nan=True)
+
+
+def test_bit_fields():
+    assert bit_fields(1.0, "fp32") == ("0", "01111111", "0" * 23)
+    assert bit_fields(-2.0, "bf16") == ("1", "10000000", "0000000")
+    assert bit_fields(65504.0, "fp16") == ("0", "11110", "1" * 10)
+    assert bit_fields(448.0, "e4m3") == ("0", "1111", "110")
+    assert bit_fields(1 + 2**-10, "tf32") == ("0", "01111111", "0000000001")
+
+
+def test_unknown_format_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown float format 'fp12'; use one of: fp32, tf32"):
+        get_format("fp12")
+    with pytest.raises(ValueError, match="unknown float format"):
+        round_to_format(torch.ones(2), "int8")
+
+
+def _grad_sequence():
+    """Per-step gradient multipliers: finite, overflowing (inf), and NaN steps."""
+    return [1.0, 1.0, float("inf"), 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 1.0, 1.0, 1.0,
+            float("inf"), float("inf"), 1.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_dynamic_loss_scaler_matches_grad_scaler():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    ours_model, ref_model = copy.deepcopy(model), copy.deepcopy(model)
+    ours_opt = torch.optim.SGD(ours_model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
+    kwargs = dict(init_scale=2.0**10, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+    ours = DynamicLossScaler(**kwargs)
+    ref = torch.amp.GradScaler("cpu", **kwargs)
+    for step, poison in enumerate(_grad_sequence()):
+        x = torch.randn(16, 8)
+        for m, opt, scaler in ((ours_model, ours_opt, ours), (ref_model, ref_opt, ref)):
+            opt.zero_grad()
+            loss = m(x).pow(2).mean()
+            scaler.scale(loss).backward()
+            m.weight.grad[0, 0] *= poison  # inf or NaN in one element poisons the step
+            scaler.step(opt)
+            scaler.update()
+        assert ours.get_scale() == ref.get_scale(), step
+        for p, q in zip(ours_model.parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p, q, msg=f"step {step}")
+    assert ours.skipped_steps == 4
+    assert ours.get_scale() == 2.0**10 * 0.5**4 * 2**3  # 4 backoffs, 3 growths (two 3-step clean runs + one)
+
+
+def test_loss_scaling_recovers_underflowing_fp16_gradients():
+    torch.manual_seed(0)
+    w = torch.randn(256, dtype=torch.float16, requires_grad=True)
+    loss = (w.float() * 1e-8).sum()  # gradients of 1e-8: below FP16's smallest subnormal (6e-8)
+    loss.backward()
+    assert (w.grad == 0).all()
+    w.grad = None
+    scaler = DynamicLossScaler()
+    scaler.scale((w.float() * 1e-8).sum()).backward()
+    assert (w.grad != 0).all()
+    torch.testing.assert_close(w.grad.float() / scaler.get_scale(), torch.full((256,), 1e-8), rtol=1e-3, atol=0)
+
+
+def test_loss_scaler_errors():
+    with pytest.raises(ValueError, match="growth_interval"):
+        DynamicLossScaler(growth_interval=0)
+    scaler = DynamicLossScaler()
+    with pytest.raises(RuntimeError, match="step"):
+        scaler.update()
+
+
+def test_master_weights_keep_updates_that_bf16_eats():
+    w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    pure = torch.optim.SGD([w], lr=1e-3)
+    w.grad = torch.ones(4, dtype=torch.bfloat16)
+    pure.step()
+    assert (w == 1).all()  # 1 - 1e-3 rounds back to 1 in bf16 (spacing there is 2^-7)
+
+    v = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    master = MasterWeights([v], lambda ps: torch.optim.SGD(ps, lr=1e-3))
+    for _ in range(10):
+        v.grad = torch.ones(4, dtype=torch.bfloat16)
+        master.step()
+    torch.testing.assert_close(master.master_params[0], torch.full((4,), 0.99), rtol=0, atol=1e-6)
+    assert (v < 1).all()  # ten small steps added up to one bf16 step

@@ -1,6 +1,7 @@
 """Data parallelism for real: Accelerate DDP gradients, a straggler, FSDP2 shards and losses."""
 
 import pytest
+import torch
 
 from gputrain.parallel import launch
 from gputrain.parallel.data_parallel import ddp_accelerate_step, fsdp_check, straggler_steps
@@ -36,3 +37,27 @@ def test_fsdp2_shards_parameters_and_matches_the_unsharded_loss(n):
         assert abs(r["local_param_bytes"] - full / n) <= 0.05 * full / n
         assert r["local_optimizer_bytes"] == 2 * r["local_param_bytes"]  # AdamW's m and v, sharded too
         assert r["losses"] == pytest.approx(r["ref_losses"], rel=1e-5)
+
+
+def train_through_accelerate(fsdp: bool) -> dict:
+    """gputrain.train on this rank, with or without Accelerate's FSDP2 plugin; the bytes it holds."""
+    from gputrain.train import TrainConfig, train
+
+    cfg = TrainConfig(fsdp=fsdp, max_steps=5, warmup_steps=0, eval_interval=0, progress=False, n_layer=2,
+                      n_embd=64, batch_size=8, corpus_bytes=100_000, seed=0)
+    result = train(cfg)
+    params = list(result.model.parameters())
+    local = sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params)
+    return {"losses": result.losses, "local": local, "full": sum(p.numel() * p.element_size() for p in params)}
+
+
+@pytest.mark.gpu
+@pytest.mark.multiprocess
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="Accelerate's FSDP needs two or more CUDA GPUs")
+def test_accelerate_fsdp_plugin_in_gputrain_train():
+    n = torch.cuda.device_count()
+    sharded = launch(train_through_accelerate, n, True, timeout=300)
+    plain = launch(train_through_accelerate, n, False, timeout=300)  # DDP
+    for r in sharded:
+        assert abs(r["local"] - r["full"] / n) <= 0.05 * r["full"] / n  # 1/N of the model per rank
+    assert sharded[0]["losses"] == pytest.approx(plain[0]["losses"], rel=1e-3)

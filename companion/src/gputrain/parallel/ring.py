@@ -88,13 +88,23 @@ def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, gro
         work.wait()
 
 
-def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> Traffic:
+def _count(traffic: Traffic, out: torch.Tensor, recv: torch.Tensor, item: int, trace, flat) -> None:
+    traffic.sent_bytes += out.numel() * item
+    traffic.received_bytes += recv.numel() * item
+    traffic.messages += 1
+    if trace is not None:
+        trace.append(flat.detach().clone().cpu())
+
+
+def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None,
+                    trace: Optional[list] = None) -> Traffic:
     """Sum ``tensor`` over all ranks of ``group`` in place, with send/recv around a ring.
 
     Gives the same result as ``dist.all_reduce(tensor, group=group)`` (up to
     float rounding: the additions happen in another order).  Works for any
     world size and any length of at least world-size elements.  Returns the
-    :class:`Traffic` of this rank.  Explained in chapter 8.
+    :class:`Traffic` of this rank.  ``trace``, if given, receives a copy of
+    the tensor after every step (to watch the algorithm work).  Explained in chapter 8.
     """
     n, r = dist.get_world_size(group), dist.get_rank(group)
     bounds = chunk_bounds(tensor.numel(), n)
@@ -116,9 +126,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = N
         recv = buffer[: inc.numel()]
         _exchange(out, recv, right, left, group)
         inc += recv  # add the left neighbour's partial sum to ours
-        traffic.sent_bytes += out.numel() * item
-        traffic.received_bytes += recv.numel() * item
-        traffic.messages += 1
+        _count(traffic, out, recv, item, trace, flat)
     # rank r now owns the finished chunk (r + 1) mod n
     # 2. all-gather: pass finished chunks around once, overwriting
     for step in range(n - 1):
@@ -126,9 +134,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = N
         recv = buffer[: inc.numel()]
         _exchange(out, recv, right, left, group)
         inc.copy_(recv)
-        traffic.sent_bytes += out.numel() * item
-        traffic.received_bytes += recv.numel() * item
-        traffic.messages += 1
+        _count(traffic, out, recv, item, trace, flat)
     if flat.data_ptr() != tensor.data_ptr():  # we worked on a contiguous copy
         tensor.copy_(flat.view_as(tensor))
     return traffic
@@ -201,6 +207,22 @@ def traffic_survey(sizes: list[int], numel: int, seed: int = 0) -> list[dict]:
                          "ps_sent": [c[1].sent_bytes for c in counts],
                          "ps_received": [c[1].received_bytes for c in counts]})
     return rows
+
+
+def ring_trace() -> list[list[list[int]]]:
+    """Watch a ring all-reduce on a tensor of N elements (one per chunk) where rank r starts with 2**r.
+
+    A sum of distinct powers of two says exactly whose contributions it
+    holds.  Returns, on every rank, ``states[step][rank][chunk]`` for the
+    start and after each of the 2(N-1) steps.
+    """
+    n, rank = dist.get_world_size(), dist.get_rank()
+    x = torch.full((n,), 2**rank, dtype=torch.int64, device=rank_device())  # (N,)
+    trace = [x.clone().cpu()]
+    ring_all_reduce(x, trace=trace)
+    everyone = [None] * n
+    dist.all_gather_object(everyone, [t.tolist() for t in trace])
+    return [[everyone[r][step] for r in range(n)] for step in range(len(trace))]
 
 
 def bandwidth_survey(sizes_bytes: list[int], repeats: int = 5) -> list[dict]:

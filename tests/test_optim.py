@@ -231,3 +231,24 @@ def test_bad_input_raises_one_clear_error(make, match):
     with pytest.raises(ValueError, match=match) as info:
         make([torch.zeros(2, requires_grad=True)])
     assert "\n" not in str(info.value)
+
+
+def test_descend_runs_side_by_side_equal_separate_runs():
+    curv = torch.tensor([1.0, 10.0], dtype=torch.float64)
+
+    def bowl(w):  # (n, 2) -> (n,)
+        return 0.5 * (curv * w ** 2).sum(-1)
+
+    paths, losses = optim.descend(bowl, [1.0, 1.0], lambda g: optim.Adam(g), [0.1, 0.01], 20)
+    alone, _ = optim.descend(bowl, [1.0, 1.0], lambda g: optim.Adam(g), [0.01], 20)
+    assert paths.shape == (21, 2, 2) and losses.shape == (21, 2)
+    assert torch.equal(paths[:, 1], alone[:, 0])  # the runs do not leak into each other
+    sgd, _ = optim.descend(bowl, [1.0, 1.0], lambda g: optim.SGD(g), [0.05], 10)
+    expected = torch.stack([(1 - 0.05 * curv) ** k for k in range(11)])  # (11, 2): GD's closed form
+    torch.testing.assert_close(sgd[:, 0], expected, rtol=1e-12, atol=0)
+
+
+def test_steps_to_requires_staying_below():
+    nan = float("nan")
+    losses = torch.tensor([[5.0, 5.0, 5.0], [0.5, nan, 0.5], [2.0, nan, 0.5], [0.1, nan, 0.5], [0.05, nan, 0.5]])
+    assert optim.steps_to(losses, tol=1.0) == [3, None, 1]

@@ -14,6 +14,7 @@ import base64
 import html
 import io
 import itertools
+import re
 from typing import Callable, Mapping, Sequence
 
 import matplotlib
@@ -46,6 +47,9 @@ def scrubber(fig, update: Callable[[int], object], frames: int | Sequence, inter
     """
     anim = FuncAnimation(fig, update, frames=frames, interval=interval, blit=False)
     markup = anim.to_jshtml(default_mode="once")
+    # matplotlib links Font Awesome 4 from a CDN for its button icons; the site is
+    # offline and already ships Font Awesome (the theme's), so drop the remote link.
+    markup = re.sub(r'<link[^>]+font-awesome[^>]*>', "", markup)
     plt.close(fig)
     return HTMLFigure(markup)
 

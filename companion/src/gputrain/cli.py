@@ -67,19 +67,16 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .train import TrainConfig, tiny
+    from .train import TrainConfig, TrainingDiverged, preset_config, train
 
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
-    presets = {"tiny": tiny}
-    cfg = presets[args.preset](**overrides)  # validates: ValueError on a bad field
-
-    from .train import train
-
-    result = train(cfg)
-    summary = result.summary()
-    print(f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f} in "
-          f"{summary['seconds']:.1f} s ({summary['tokens_per_s']:,.0f} tokens/s)")
+    cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
+    try:
+        train(cfg)  # prints its own summary line on the main process
+    except TrainingDiverged as exc:  # not a usage error: the run itself went wrong
+        print(f"gputrain train: stopped: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -136,7 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
                              description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")
-    p_train.add_argument("--preset", choices=["tiny"], default="tiny", help="starting configuration")
+    from .train import PRESETS
+
+    p_train.add_argument("--preset", choices=list(PRESETS), default="tiny",
+                         help="starting configuration; the flags below override its fields")
     _add_config_flags(p_train, TrainConfig)
     p_train.set_defaults(func=_cmd_train)
     return parser

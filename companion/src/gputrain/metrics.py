@@ -281,3 +281,58 @@ def copy_bandwidth(nbytes: int = 1 << 28, dev: Optional[torch.device] = None) ->
     dst = torch.empty_like(src)
     seconds = median_seconds(lambda: dst.copy_(src), dev=dev)
     return 2 * src.numel() * 4 / seconds
+
+
+# --- loss spikes -----------------------------------------------------------------
+
+
+class SpikeDetector:
+    """Flags a training loss far above its recent past: a robust z-score over a window (chapter 6).
+
+    Against the last ``window`` finite losses, a new loss ``x`` scores
+
+    $$z = \\frac{x - \\operatorname{median}}{1.4826\\,\\operatorname{MAD}}$$
+
+    where MAD is the median absolute deviation from the median (1.4826 MAD
+    estimates the standard deviation of normal noise).  Median and MAD barely
+    move when one batch is wild, unlike a mean and standard deviation, so one
+    spike cannot hide itself by inflating the yardstick.  A loss is a spike
+    when ``z > threshold`` once ``min_history`` losses have been seen.  The
+    scale is floored at ``1e-3 * |median|`` so a perfectly flat history does
+    not turn every wobble into a spike.  Non-finite losses are not scored and
+    not remembered (the training loop skips those steps on its own).
+    """
+
+    def __init__(self, window: int = 50, threshold: float = 6.0, min_history: int = 10):
+        if window < 2:
+            raise ValueError(f"window must be >= 2 losses, got {window}")
+        if not threshold > 0:
+            raise ValueError(f"threshold must be a positive z-score, got {threshold}")
+        self.window, self.threshold = window, threshold
+        self.min_history = max(2, min(min_history, window))
+        self.history: list[float] = []
+
+    def score(self, loss: float) -> float:
+        """The robust z-score of ``loss`` against the window (0.0 until there is enough history)."""
+        if len(self.history) < self.min_history or not math.isfinite(loss):
+            return 0.0
+        median = statistics.median(self.history)
+        mad = statistics.median(abs(v - median) for v in self.history)
+        scale = max(1.4826 * mad, 1e-3 * abs(median), 1e-12)
+        return (loss - median) / scale
+
+    def update(self, loss: float) -> bool:
+        """Score ``loss``, remember it, and say whether it is a spike."""
+        if not math.isfinite(loss):
+            return False
+        spike = self.score(loss) > self.threshold
+        self.history.append(float(loss))
+        del self.history[:-self.window]
+        return spike
+
+    def state_dict(self) -> dict:
+        return {"window": self.window, "threshold": self.threshold, "min_history": self.min_history,
+                "history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [float(v) for v in state["history"]][-self.window:]

@@ -1,77 +1,167 @@
 """The training loop (chapter 6): ``train(cfg) -> TrainResult`` on Hugging Face Accelerate.
 
 Built the way Accelerate's own examples are: one ``Accelerator``, one
-``prepare``, ``accelerator.backward``; the step is a short named function.
-The same code runs on a CPU, one GPU, or several processes under
-``accelerate launch``.
+``prepare``, ``accumulate``, ``backward``, ``clip_grad_norm_``,
+``gather_for_metrics``, ``main_process_first`` and ``accelerator.print``;
+the step itself is the short function :func:`train_step`.  The same code runs
+on a CPU, one GPU, or several processes under ``accelerate launch`` or
+``torchrun`` (DDP).
+
+Around the step sit the parts a long run needs: a validation pass, early
+stopping that restores the best weights, a loss-spike detector, a guard that
+never lets a non-finite loss or gradient reach the weights, a CSV log, and
+checkpoints written atomically (temporary name, fsync, rename) in safetensors
+and JSON, so resuming never unpickles anything and is bitwise exact on a CPU.
 """
 
 from __future__ import annotations
 
+import csv
+import glob
+import hashlib
+import json
 import math
+import os
+import random
+import re
+import shutil
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Optional
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, Iterator, Optional
 
+import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import DistributedType, GradientAccumulationPlugin, set_seed
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from .data import ByteTokenizer, TokenDataset, infinite, python_corpus, split_tokens
+from .data import TokenDataset, python_corpus, read_text_files, split_tokens
+from .metrics import SpikeDetector
 from .model import GPT, GPTConfig
+from .schedule import warmup_constant, warmup_cosine
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+# --- 1. configuration ---------------------------------------------------------
 
 
 @dataclass(kw_only=True)
 class TrainConfig:
     # model shape
-    vocab_size: int = 256  # byte-level tokenizer by default
-    block_size: int = 64  # context length T of every training window
+    vocab_size: int = 256  # output classes; bytes need 256
+    block_size: int = 64  # longest context (positions) the model can see
     n_layer: int = 2  # transformer blocks
-    n_head: int = 4  # attention heads
-    n_embd: int = 64  # residual width C
-    dropout: float = 0.0  # dropout probability
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 64  # width C of the residual stream
+    dropout: float = 0.0  # dropout probability in attention and MLP outputs
     # data
-    corpus_bytes: int = 400_000  # bytes of the offline stdlib corpus to train on
-    val_fraction: float = 0.1  # trailing share of the corpus held out for validation
+    data: str = "stdlib"  # 'stdlib' (Python's own source), text files 'a.txt,dir/*.py', or 'hf:NAME[:SPLIT]'
+    corpus_bytes: int = 400_000  # at most this many bytes of text are read
+    seq_len: int = 0  # tokens per training window T (0: the model's block_size)
+    val_fraction: float = 0.1  # trailing share of the text held out for validation
+    # batch
+    batch_size: int = 32  # sequences per micro-batch, per process
+    grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
+    max_steps: int = 200  # optimizer steps to run
     # optimisation
-    batch_size: int = 32  # sequences per step (per process)
-    max_steps: int = 200  # optimizer steps
     lr: float = 3e-3  # peak learning rate (AdamW)
-    warmup_steps: int = 20  # linear warmup before cosine decay
+    schedule: str = "cosine"  # 'cosine' (decay to min_lr_ratio) or 'constant', both after warmup
+    warmup_steps: int = 20  # linear warmup steps before the schedule
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.1  # decoupled weight decay on matrices
-    grad_clip: float = 1.0  # max global gradient norm (0 disables)
-    mixed_precision: str = "no"  # "no" | "bf16" | "fp16", passed to Accelerate
-    # bookkeeping
+    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices (not biases, norms)
+    grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
+    # speed and memory
+    mixed_precision: str = "no"  # 'no', 'bf16', 'fp16' (CUDA) or 'fp8' (Hopper + torchao/TE), via Accelerate
+    compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)
+    fsdp: bool = False  # shard with FSDP2 through Accelerate (CUDA, distributed launch)
+    # validation and early stopping
     eval_interval: int = 50  # steps between validation passes (0 disables)
     eval_batches: int = 8  # batches per validation pass
-    seed: int = 1337  # seeds Python, NumPy and torch on every process
-    progress: bool = True  # tqdm progress bar on the main process
+    patience: int = 0  # validation passes without improvement before stopping (0 never stops early)
+    # stability
+    spike_window: int = 50  # past losses the spike detector compares with (0 disables it)
+    spike_threshold: float = 6.0  # robust z-score above which a loss counts as a spike
+    skip_spikes: bool = False  # drop the update of a step whose loss spikes (else only log it)
+    max_bad_steps: int = 5  # non-finite steps in a row that stop the run
+    # checkpoints
+    checkpoint_dir: str = ""  # directory for checkpoints ('' writes none)
+    checkpoint_interval: int = 0  # steps between checkpoints (0: only at the end)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    resume_from: str = ""  # checkpoint directory (or a checkpoint_dir: its latest) to continue from
+    # logging
+    log_dir: str = ""  # directory for metrics.csv ('' writes none)
+    tensorboard: bool = False  # also log to TensorBoard in log_dir (needs the tensorboard package)
+    progress: bool = True  # progress bar and event messages on the main process
+    seed: int = 1337  # seeds Python, NumPy, torch and the data order
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes",
-                    "batch_size", "max_steps", "eval_batches")
+        for f in fields(self):  # types first: every later check may compare numbers
+            value, kind = getattr(self, f.name), type(f.default)
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok:
+                raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
+        positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes", "batch_size",
+                    "grad_accum_steps", "max_steps", "eval_batches", "max_bad_steps", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        non_negative = ("warmup_steps", "weight_decay", "grad_clip", "eval_interval")
-        for name in non_negative:
+        for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
+                     "spike_window", "checkpoint_interval", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.vocab_size < 256:
+            raise ValueError(f"vocab_size={self.vocab_size} is too small for bytes; use at least 256")
+        if self.seq_len > self.block_size:
+            raise ValueError(f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
+                             "lower --seq-len or raise --block-size")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
+                             "shorten the warmup")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(
-                f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; shorten the warmup"
-            )
-        if self.mixed_precision not in ("no", "bf16", "fp16"):
-            raise ValueError(f"mixed_precision must be one of no, bf16, fp16; got {self.mixed_precision!r}")
-        # the model validates its own shape (n_embd divisible by n_head, ...)
-        self.model_config()
+        if self.mixed_precision not in ("no", "bf16", "fp16", "fp8"):
+            raise ValueError(f"mixed_precision must be one of no, bf16, fp16, fp8; got {self.mixed_precision!r}")
+        if not self.spike_threshold > 0:
+            raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
+        if self.spike_window == 1:
+            raise ValueError("spike_window must be 0 (off) or >= 2 losses")
+        if self.patience and not self.eval_interval:
+            raise ValueError("patience needs validation passes; set eval_interval > 0")
+        if self.checkpoint_interval and not self.checkpoint_dir:
+            raise ValueError("checkpoint_interval needs a checkpoint_dir to write to")
+        if self.tensorboard:
+            if not self.log_dir:
+                raise ValueError("tensorboard needs a log_dir to write to")
+            try:
+                import tensorboard  # noqa: F401
+            except ImportError:
+                raise ValueError("tensorboard=True needs the tensorboard package: pip install tensorboard") from None
+        if self.resume_from and not Path(self.resume_from).exists():
+            raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
+                                    "pass a checkpoint directory written by gputrain")
+        data_source(self)  # missing files or a missing datasets package fail here, before anything runs
+        self.model_config()  # the model validates its own shape (n_embd divisible by n_head, ...)
+
+    @property
+    def window(self) -> int:
+        """Tokens per training window: ``seq_len``, or the whole context when it is 0."""
+        return self.seq_len or self.block_size
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, n_layer=self.n_layer,
@@ -79,116 +169,824 @@ class TrainConfig:
 
 
 def tiny(**overrides) -> TrainConfig:
-    """A GPT that trains in well under a minute on two CPU cores."""
+    """A 0.1 M-parameter GPT that learns Python source in a minute on two CPU cores."""
     return TrainConfig(**overrides)
 
 
-@dataclass
-class TrainResult:
-    losses: list[float]  # training loss at every step
-    val_losses: list[tuple[int, float]]  # (step, validation loss) at each evaluation
-    lrs: list[float]  # learning rate at every step
-    tokens_per_s: float  # training throughput over the whole run (all processes)
-    seconds: float  # wall time of the loop
-    model: torch.nn.Module = field(repr=False)  # the trained model (unwrapped)
-    config: TrainConfig = field(repr=False)
-
-    def summary(self) -> dict:
-        return {"first_loss": self.losses[0], "final_loss": self.losses[-1],
-                "val_losses": self.val_losses, "tokens_per_s": self.tokens_per_s,
-                "seconds": self.seconds, "config": asdict(self.config)}
+def small(**overrides) -> TrainConfig:
+    """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, an hour or more on a CPU."""
+    base = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1, corpus_bytes=20_000_000,
+                batch_size=64, max_steps=5000, lr=1e-3, warmup_steps=200, eval_interval=250, eval_batches=20)
+    return TrainConfig(**{**base, **overrides})
 
 
-def lr_lambda(cfg: TrainConfig):
-    """Linear warmup, then cosine decay to ``min_lr_ratio`` (multiplier of ``cfg.lr``)."""
+def gpt2_small(**overrides) -> TrainConfig:
+    """GPT-2 small's shape (12 x 768, context 1024) on bytes, ~0.5 M tokens per step: a GPU preset.
 
-    def f(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine
+    With the 256-byte vocabulary it has 86 M parameters rather than GPT-2's
+    124 M (whose 50,257-token vocabulary alone holds 39 M).
+    """
+    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, corpus_bytes=2_000_000_000,
+                batch_size=16, grad_accum_steps=32, max_steps=10_000, lr=6e-4, warmup_steps=700,
+                mixed_precision="bf16", compile=True, eval_interval=500, eval_batches=40,
+                checkpoint_dir="checkpoints/gpt2_small", checkpoint_interval=1000)
+    return TrainConfig(**{**base, **overrides})
 
-    return f
+
+PRESETS: dict[str, Callable[..., TrainConfig]] = {"tiny": tiny, "small": small, "gpt2_small": gpt2_small}
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def preset_config(name: str, **overrides) -> TrainConfig:
+    """The preset called ``name`` with ``overrides`` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; use one of: {', '.join(PRESETS)}")
+    return PRESETS[name](**overrides)
+
+
+# --- 2. data ------------------------------------------------------------------
+
+
+def data_source(cfg: TrainConfig) -> list[Path] | str:
+    """``cfg.data`` resolved: ``'stdlib'``, ``'hf:...'``, or the list of text files it names."""
+    if cfg.data == "stdlib":
+        return "stdlib"
+    if cfg.data.startswith("hf:"):
+        try:
+            import datasets  # noqa: F401
+        except ImportError:
+            raise ValueError(f"data={cfg.data!r} needs the datasets package: pip install datasets") from None
+        return cfg.data
+    paths: list[Path] = []
+    for entry in filter(None, (e.strip() for e in cfg.data.split(","))):
+        matches = sorted(glob.glob(entry, recursive=True)) if glob.has_magic(entry) else [entry]
+        files = [Path(m) for m in matches if Path(m).is_file()]
+        if not files:
+            raise FileNotFoundError(f"data file {entry!r} not found; pass existing text files, a glob, or 'stdlib'")
+        paths += files
+    if not paths:
+        raise ValueError("data is empty; pass text files, 'hf:NAME' or 'stdlib'")
+    return paths
+
+
+def load_text(cfg: TrainConfig) -> str:
+    """The training text: the stdlib corpus, local files, or a Hugging Face dataset's text column."""
+    source = data_source(cfg)
+    if source == "stdlib":
+        return python_corpus(max_bytes=cfg.corpus_bytes)
+    if isinstance(source, list):
+        return read_text_files(source, max_bytes=cfg.corpus_bytes)
+    import datasets
+
+    name, _, split = source[3:].partition(":")
+    ds = datasets.load_dataset(name, split=split or "train")
+    column = "text" if "text" in ds.column_names else ds.column_names[0]
+    parts, total = [], 0
+    for row in ds:
+        parts.append(str(row[column]))
+        total += len(parts[-1].encode("utf-8")) + 1
+        if total >= cfg.corpus_bytes:
+            break
+    return "\n".join(parts).encode("utf-8")[: cfg.corpus_bytes].decode("utf-8", errors="ignore")
+
+
+def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
+    """Byte tokens of the text, split into train and validation windows of ``cfg.window`` tokens."""
+    text = load_text(cfg)
+    if not text:
+        raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
+    # the byte tokenizer's encode (one token per UTF-8 byte), without a Python list per byte
+    tokens = torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()  # (N,)
+    train_tokens, val_tokens = split_tokens(tokens, cfg.val_fraction)
+    need = cfg.window + 1
+    for name, part in (("training", train_tokens), ("validation", val_tokens)):
+        if len(part) < need:
+            raise ValueError(f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
+                             "use more text, a larger val_fraction, or a smaller seq_len")
+    return TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
+
+
+class EpochSampler(Sampler[int]):
+    """A fresh permutation each epoch, computed from ``(seed, epoch)`` alone.
+
+    The data order is then a pure function of the position (epoch, batch), so
+    a resumed run sees exactly the batches the uninterrupted one would have.
+    Accelerate calls :meth:`set_epoch` through its prepared loader.
+    """
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+
+def _batches(loader, accelerator: Accelerator, epoch: int, skip: int) -> Iterator[tuple[int, int, Batch]]:
+    """Endless ``(epoch, batches done in that epoch, batch)``, starting at a saved position."""
+    while True:
+        loader.set_epoch(epoch)
+        it = accelerator.skip_first_batches(loader, skip) if skip else loader
+        for i, batch in enumerate(it, start=skip + 1):
+            yield epoch, i, batch
+        epoch, skip = epoch + 1, 0
+
+
+# --- 3. model, optimizer, schedule -------------------------------------------
+
+
+class WithLoss(nn.Module):
+    """Wraps a model that returns logits into the ``model(x, y) -> (logits, loss)`` form :func:`train` expects."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable = F.cross_entropy):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, x: torch.Tensor, y: Optional[torch.Tensor] = None):
+        logits = self.model(x)  # (B, classes)
+        return logits, None if y is None else self.loss_fn(logits, y)
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """Learning-rate multiplier per step: linear warmup, then cosine to ``min_lr_ratio`` or constant."""
+    if cfg.schedule == "constant":
+        return warmup_constant(cfg.warmup_steps, cfg.max_steps)
+    return warmup_cosine(cfg.max_steps, cfg.warmup_steps, cfg.min_lr_ratio)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only (not on biases, norms)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
-def train_step(model, batch, optimizer, scheduler, accelerator: Accelerator, grad_clip: float) -> float:
-    """One optimizer step: forward, loss, backward, clip, update.  Returns the loss."""
-    x, y = batch  # (B, T), (B, T)
-    _, loss = model(x, y)
-    accelerator.backward(loss)
-    if grad_clip > 0:
-        accelerator.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    scheduler.step()
+# --- 4. the step --------------------------------------------------------------
+
+
+@dataclass
+class StepStats:
+    loss: float  # mean loss of the step over all micro-batches and processes
+    grad_norm: float  # global gradient norm before clipping
+    applied: bool  # whether the update reached the weights
+
+
+def train_step(model, batches: list[Batch], optimizer, accelerator: Accelerator, grad_clip: float,
+               accept: Optional[Callable[[float, float], bool]] = None) -> StepStats:
+    """One optimizer step over ``batches`` (gradient accumulation): forward, loss, backward, clip, update.
+
+    ``accept(loss, grad_norm)`` decides whether the update is applied; by
+    default only finite values are.  Every process computes the same decision
+    because loss and norm are reduced across processes first.
+    """
+    total = torch.zeros((), device=accelerator.device)
+    for x, y in batches:
+        with accelerator.accumulate(model):  # DDP syncs gradients only on the last micro-batch
+            _, loss = model(x, y)  # x (B, T), y (B, T) -> scalar
+            accelerator.backward(loss)  # scaled by 1/grad_accum_steps inside
+            total += loss.detach()
+    mean = accelerator.reduce(total / len(batches), reduction="mean")
+    # clip_grad_norm_ returns the norm before clipping; inf max_norm just measures it
+    norm = accelerator.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
+    loss_value, norm_value = torch.stack([mean.float(), norm.float().to(mean.device)]).tolist()  # one sync
+    applied = accept(loss_value, norm_value) if accept else math.isfinite(loss_value) and math.isfinite(norm_value)
+    if applied:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+    return StepStats(loss_value, norm_value, applied)
 
 
 @torch.no_grad()
 def evaluate(model, loader, accelerator: Accelerator, max_batches: int) -> float:
-    """Mean validation loss over up to ``max_batches`` batches, across processes."""
+    """Mean validation loss per sample over up to ``max_batches`` batches, across processes."""
     model.eval()
     losses = []
     for i, (x, y) in enumerate(loader):
         if i >= max_batches:
             break
         _, loss = model(x, y)
-        losses.append(accelerator.gather_for_metrics(loss.reshape(1)))
+        # one entry per sample, so gather_for_metrics can drop the padding of an uneven last batch
+        losses.append(accelerator.gather_for_metrics(loss.float().reshape(1).expand(len(x)).contiguous()))
     model.train()
     return torch.cat(losses).mean().item()
 
 
-def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
-    text = python_corpus(max_bytes=cfg.corpus_bytes)
-    tokens = torch.tensor(ByteTokenizer().encode(text), dtype=torch.long)
-    train_tokens, val_tokens = split_tokens(tokens, cfg.val_fraction)
-    return TokenDataset(train_tokens, cfg.block_size), TokenDataset(val_tokens, cfg.block_size)
+class StepGuard:
+    """Decides whether a step's update may reach the weights, and remembers why not.
+
+    Non-finite loss or gradient norm: skipped and counted.  A loss spike
+    (:class:`gputrain.metrics.SpikeDetector`): logged, and skipped too when
+    ``skip_spikes``.  Under fp16 a finite loss with an infinite gradient is the
+    loss scaler's overflow, which its own step skips: not counted as bad data.
+    """
+
+    def __init__(self, cfg: TrainConfig, fp16_scaler: bool = False):
+        self.skip_spikes, self.fp16_scaler = cfg.skip_spikes, fp16_scaler
+        self.detector = SpikeDetector(cfg.spike_window, cfg.spike_threshold) if cfg.spike_window else None
+        self.bad_in_row = 0
+        self.event = ""
+
+    def __call__(self, loss: float, grad_norm: float) -> bool:
+        finite_loss = math.isfinite(loss)
+        if finite_loss and not math.isfinite(grad_norm) and self.fp16_scaler:
+            self.event, self.bad_in_row = "overflow", 0
+            return True  # GradScaler's step sees the inf, skips, and lowers the scale
+        if not (finite_loss and math.isfinite(grad_norm)):
+            self.event, self.bad_in_row = "nonfinite", self.bad_in_row + 1
+            return False
+        self.bad_in_row = 0
+        spike = self.detector.update(loss) if self.detector else False
+        self.event = ("spike-skipped" if self.skip_spikes else "spike") if spike else ""
+        return not (spike and self.skip_spikes)
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Train a GPT on the offline corpus and return its loss history and the model."""
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+class TrainingDiverged(RuntimeError):
+    """Too many non-finite steps in a row: the run stopped, the last good checkpoint is intact."""
+
+
+# --- 5. checkpoints -------------------------------------------------------------
+# A checkpoint is a directory step_00000100/ holding model.safetensors (the
+# weights), trainer.safetensors (optimizer tensors, RNG states, loss history;
+# everything else as JSON in its metadata) and manifest.json (sha256 of both).
+# It is written under a temporary name, every file fsynced, then renamed: a
+# crash at any moment leaves either the old set of checkpoints or the new one.
+
+CHECKPOINT_FORMAT = "gputrain-checkpoint-1"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt, from another model shape, or missing."""
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write bytes and force them to the disk (fsync) before returning."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new file inside ``path`` durable (the directory entry itself)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """A single file replaced all-or-nothing: temporary name, fsync, rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    _write_file(tmp, data)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict without tied duplicates (safetensors stores each tensor once) and the alias map."""
+    tensors, aliases, seen = {}, {}, {}
+    for name, t in model.state_dict().items():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]  # e.g. head.weight -> wte.weight (weight tying)
+            continue
+        seen[key] = name
+        tensors[name] = t.detach().to("cpu", copy=True).contiguous()
+    return tensors, aliases
+
+
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    meta = {"python": random.getstate(), "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
+    return tensors, meta
+
+
+def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")),
+                                        key=lambda k: int(k.rsplit(".", 1)[1]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+    version, state, gauss = meta["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
+                    model_config: Optional[dict] = None, keep: int = 2) -> Path:
+    """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    final, tmp = root / f"step_{step:08d}", root / f".step_{step:08d}.tmp"
+    tmp.mkdir()
+    weights, aliases = _weights(model)
+    model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases),
+                  "model_config": json.dumps(model_config)}
+    trainer, meta = {}, {"format": CHECKPOINT_FORMAT, "step": step, "progress": progress}
+    opt_state = optimizer.state_dict()
+    meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
+    for idx, state in opt_state["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                trainer[f"optim.{idx}.{key}"] = value.detach().to("cpu", copy=True).contiguous()
+            else:
+                meta["optimizer"]["scalars"][f"{idx}.{key}"] = value
+    # LambdaLR stores None for plain-function multipliers: counters and rates are all there is to save
+    meta["scheduler"] = scheduler.state_dict()
+    rng_tensors, meta["rng"] = _rng_state()
+    trainer.update(rng_tensors)
+    for name in ("losses", "lrs", "grad_norms"):
+        trainer[f"history.{name}"] = torch.tensor(progress.pop(name), dtype=torch.float64)
+    files = {"model.safetensors": st_save(weights, metadata=model_meta),
+             "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)})}
+    for name, data in files.items():
+        _write_file(tmp / name, data)
+    manifest = {"format": CHECKPOINT_FORMAT, "step": step,
+                "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
+    _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+    _fsync_dir(tmp)
+    os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
+    _fsync_dir(root)
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(directory) -> list[Path]:
+    """Complete checkpoints in ``directory``, oldest first."""
+    root = Path(directory)
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()] \
+        if root.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def find_checkpoint(path) -> Path:
+    """``path`` itself if it is a checkpoint, else the newest checkpoint inside it."""
+    path = Path(path)
+    if (path / "manifest.json").exists():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(f"no checkpoint in {str(path)!r}; pass a step_... directory written by gputrain")
+    return found[-1]
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read and verified in memory; nothing has been applied yet."""
+
+    path: Path
+    step: int
+    weights: dict[str, torch.Tensor]
+    aliases: dict[str, str]
+    model_config: Optional[dict]
+    trainer: dict[str, torch.Tensor]
+    meta: dict
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only)."""
+    path = find_checkpoint(path)
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+        if manifest.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
+        blobs = {}
+        for name, digest in manifest["sha256"].items():
+            blobs[name] = (path / name).read_bytes()
+            if hashlib.sha256(blobs[name]).hexdigest() != digest:
+                raise ValueError(f"{name} does not match its sha256 in manifest.json")
+        from safetensors import safe_open  # metadata lives in the header; load() returns tensors only
+
+        def header(name):
+            with safe_open(path / name, framework="pt") as f:
+                return f.metadata() or {}
+
+        model_meta, trainer_meta = header("model.safetensors"), header("trainer.safetensors")
+        return Checkpoint(path=path, step=int(manifest["step"]), weights=st_load(blobs["model.safetensors"]),
+                          aliases=json.loads(model_meta["aliases"]), model_config=json.loads(model_meta["model_config"]),
+                          trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
+    except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); "
+                              "resume from an earlier checkpoint") from None
+
+
+def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
+    """One clear error when the checkpoint was written by a model of another shape."""
+    shape = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")  # not dropout: no shape
+    if ckpt.model_config and model_config and any(ckpt.model_config.get(k) != model_config[k] for k in shape):
+        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config[k]})" for k in shape
+                         if ckpt.model_config.get(k) != model_config[k])
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
+                              "resume with the checkpoint's shape or start a fresh checkpoint_dir")
+    own = model.state_dict()
+    for name, t in ckpt.weights.items():
+        if name not in own or tuple(own[name].shape) != tuple(t.shape):
+            have = tuple(own[name].shape) if name in own else "missing"
+            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
+                                  f"this model has {have}; resume with the model that wrote it")
+
+
+def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """Copy ``weights`` into ``model``; tied weights are filled in through their alias."""
+    state = dict(weights)
+    for alias, target in aliases.items():
+        state[alias] = state[target]
+    model.load_state_dict(state)
+
+
+def _read_best(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    return st_load(path.read_bytes()), aliases
+
+
+def load_trainer_state(ckpt: Checkpoint, optimizer, scheduler) -> dict:
+    """Restore optimizer, scheduler and RNG states; return the saved progress (counters and history)."""
+    meta = ckpt.meta
+    state: dict[int, dict] = {}
+    for key, value in ckpt.trainer.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    for key, value in meta["optimizer"]["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    scheduler.load_state_dict(meta["scheduler"])
+    _set_rng_state(ckpt.trainer, meta["rng"])
+    progress = dict(meta["progress"])
+    for name in ("losses", "lrs", "grad_norms"):
+        progress[name] = ckpt.trainer[f"history.{name}"].tolist()
+    return progress
+
+
+# --- 6. logging ---------------------------------------------------------------
+
+LOG_COLUMNS = ("step", "epoch", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "event")
+
+
+class RunLog:
+    """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only."""
+
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, resumed_rows: list[dict]):
+        self.accelerator, self.file, self.writer = accelerator, None, None
+        self.tensorboard = cfg.tensorboard
+        if not (cfg.log_dir and accelerator.is_main_process):
+            return
+        Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
+        self.path = Path(cfg.log_dir) / "metrics.csv"
+        self.file = open(self.path, "w", newline="")  # a resumed run rewrites the rows it restored
+        self.writer = csv.DictWriter(self.file, fieldnames=LOG_COLUMNS)
+        self.writer.writeheader()
+        self.writer.writerows(resumed_rows)
+
+    def row(self, **values) -> None:
+        if self.writer:
+            self.writer.writerow(values)
+        if self.tensorboard:
+            self.accelerator.log({k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"},
+                                 step=values["step"])
+
+    def flush(self) -> None:
+        if self.file:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+            self.file = None
+
+
+def read_history(path) -> dict[str, list]:
+    """A metrics.csv read back into columns (empty cells become NaN)."""
+    cols: dict[str, list] = {c: [] for c in LOG_COLUMNS}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for c in LOG_COLUMNS:
+                v = row[c]
+                cols[c].append(v if c == "event" else (float(v) if v not in ("", None) else math.nan))
+    return cols
+
+
+def plot_history(history, axes=None, smooth: int = 10):
+    """Loss (train and validation, spikes and skipped steps marked), learning rate and gradient norm.
+
+    ``history`` is a :class:`TrainResult` or the path of a run's metrics.csv.
+    Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from .plots import loss_curves
+
+    if isinstance(history, TrainResult):
+        losses, lrs, norms = history.losses, history.lrs, history.grad_norms
+        val, spikes, skipped = history.val_losses, history.spikes, history.skipped
+    else:
+        h = read_history(history)
+        losses, lrs, norms = h["loss"], h["lr"], h["grad_norm"]
+        val = [(int(s), v) for s, v in zip(h["step"], h["val_loss"]) if math.isfinite(v)]
+        spikes = [int(s) for s, e in zip(h["step"], h["event"]) if e.startswith("spike")]
+        skipped = [int(s) for s, e in zip(h["step"], h["event"]) if e == "nonfinite"]
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+    fig = axes[0].figure
+    loss_curves(axes[0], losses, val, smooth=smooth)
+    finite = [v for v in losses if math.isfinite(v)]
+    for steps, marker, color, label in ((spikes, "x", "red", "spike"), (skipped, "v", "black", "skipped")):
+        if steps:
+            top = max(finite) if finite else 0.0
+            ys = [losses[s - 1] if math.isfinite(losses[s - 1]) else top for s in steps]
+            axes[0].scatter(steps, ys, marker=marker, color=color, zorder=3, label=label)
+            axes[0].legend()
+    axes[1].plot(range(1, len(lrs) + 1), lrs, color="C2")
+    axes[1].set(xlabel="step", ylabel="learning rate")
+    axes[2].plot(range(1, len(norms) + 1), norms, color="C3", lw=0.8)
+    axes[2].set(xlabel="step", ylabel="gradient norm (before clipping)", yscale="log")
+    return fig
+
+
+# --- 7. train ---------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]  # training loss at every step (NaN where it was not finite)
+    val_losses: list[tuple[int, float]]  # (step, validation loss) at each evaluation
+    lrs: list[float]  # learning rate at every step
+    grad_norms: list[float]  # gradient norm before clipping at every step
+    tokens_per_s: float  # training throughput of this run's loop (targets per second, all processes)
+    seconds: float  # wall time of this run's loop
+    model: nn.Module = field(repr=False)  # the trained model (unwrapped; best weights with patience > 0)
+    config: TrainConfig = field(repr=False)
+    steps: int = 0  # optimizer steps taken in total (including a resumed run's earlier ones)
+    epochs: float = 0.0  # passes over the training windows
+    skipped: list[int] = field(default_factory=list)  # steps whose update was dropped (non-finite or spike)
+    spikes: list[int] = field(default_factory=list)  # steps whose loss the detector flagged
+    stopped_early: bool = False  # early stopping ended the run
+    best_step: int = 0  # step of the best validation loss (0 if never evaluated)
+    best_val_loss: float = math.inf
+    checkpoint: Optional[Path] = None  # last checkpoint written
+    is_main_process: bool = True
+
+    def summary(self) -> dict:
+        return {"first_loss": self.losses[0], "final_loss": self.losses[-1], "val_losses": self.val_losses,
+                "tokens_per_s": self.tokens_per_s, "seconds": self.seconds, "steps": self.steps,
+                "skipped": len(self.skipped), "spikes": len(self.spikes), "stopped_early": self.stopped_early,
+                "best_val_loss": self.best_val_loss, "config": asdict(self.config)}
+
+
+def check_hardware(cfg: TrainConfig) -> None:
+    """One clear error where Accelerate would silently fall back (fp16 on a CPU) or fail deep inside."""
+    cuda = torch.cuda.is_available()
+    if cfg.mixed_precision == "fp16" and not cuda:
+        raise ValueError("mixed_precision='fp16' needs a CUDA GPU (on a CPU Accelerate silently trains in fp32); "
+                         "use 'bf16' or 'no'")
+    if cfg.mixed_precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise ValueError("mixed_precision='bf16' needs an Ampere or newer GPU; use 'fp16' or 'no'")
+    if cfg.mixed_precision == "fp8":
+        import importlib.util
+
+        if not cuda or torch.cuda.get_device_capability() < (8, 9):
+            raise ValueError("mixed_precision='fp8' needs an FP8 GPU (compute capability 8.9+: Ada, Hopper); "
+                             "use 'bf16' here")
+        if not any(importlib.util.find_spec(m) for m in ("torchao", "transformer_engine", "msamp")):
+            raise ValueError("mixed_precision='fp8' needs an FP8 backend: pip install torchao")
+    if cfg.fsdp and not cuda:
+        raise ValueError("fsdp=True needs CUDA GPUs: Accelerate shards only there (on a CPU it silently runs DDP); "
+                         "drop --fsdp")
+    if cfg.fsdp and (cfg.checkpoint_dir or cfg.resume_from):
+        raise ValueError("checkpoints with fsdp=True are not supported by gputrain.train yet; "
+                         "drop --checkpoint-dir/--resume-from or --fsdp")
+
+
+def make_accelerator(cfg: TrainConfig) -> Accelerator:
+    """The run's one Accelerator (any state left by an earlier run in this process is reset first)."""
+    AcceleratorState._reset_state(reset_partial_state=False)  # keeps the process group, drops old settings
+    GradientState._reset_state()
+    fsdp_plugin = None
+    if cfg.fsdp:
+        from accelerate.utils import FullyShardedDataParallelPlugin
+
+        fsdp_plugin = FullyShardedDataParallelPlugin(
+            fsdp_version=2, reshard_after_forward=True, auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=["Block"], cpu_ram_efficient_loading=False)
+    accelerator = Accelerator(
+        mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available(), fsdp_plugin=fsdp_plugin,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=cfg.grad_accum_steps,
+                                                                sync_with_dataloader=False),
+        dynamo_backend="inductor" if cfg.compile else "no",
+        log_with="tensorboard" if cfg.tensorboard else None, project_dir=cfg.log_dir or None)
+    if cfg.fsdp and accelerator.distributed_type != DistributedType.FSDP:
+        raise ValueError("fsdp=True needs a distributed launch: accelerate launch --use_fsdp ... or torchrun")
+    return accelerator
+
+
+def _new_progress() -> dict:
+    return {"step": 0, "epoch": 0, "batch": 0, "losses": [], "lrs": [], "grad_norms": [], "val_losses": [],
+            "events": {}, "best_val": math.inf, "best_step": 0, "evals_since_best": 0, "bad_in_row": 0,
+            "detector": None}
+
+
+def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Optional[Dataset] = None,
+          val_data: Optional[Dataset] = None,
+          batch_hook: Optional[Callable[[int, Batch], Batch]] = None) -> TrainResult:
+    """Train a GPT on ``cfg.data`` (or ``model`` on ``train_data``) and return its history and the model.
+
+    ``model(x, y)`` must return ``(output, mean loss)`` (wrap a plain model in
+    :class:`WithLoss`).  ``batch_hook(step, (x, y))`` may replace each
+    micro-batch: chapter 6 corrupts one with it and augments images on the fly.
+    Every bad input (config, data, checkpoint) raises before anything is
+    written.  Chapter 6 explains every line.
+    """
+    check_hardware(cfg)
+    if (model is None) != (train_data is None) or (train_data is None) != (val_data is None):
+        raise ValueError("pass model, train_data and val_data together, or none of them")
+    accelerator = make_accelerator(cfg)
     set_seed(cfg.seed)
-    with accelerator.main_process_first():
-        train_set, val_set = build_data(cfg)
-    train_loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=True)
-    val_loader = DataLoader(val_set, batch_size=cfg.batch_size, shuffle=False)
+    if train_data is None:
+        with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
+            train_data, val_data = build_data(cfg)
+        model = GPT(cfg.model_config())
+        model_config = asdict(cfg.model_config())
+    else:
+        model_config = None
+    need = cfg.batch_size * accelerator.num_processes
+    if len(train_data) < need:
+        raise ValueError(f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
+                         f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
+                         "use more text or a smaller batch_size")
+    ckpt = read_checkpoint(cfg.resume_from) if cfg.resume_from else None
+    if ckpt:
+        check_compatible(ckpt, model, model_config)
+        later = [p for p in list_checkpoints(cfg.checkpoint_dir) if int(p.name[5:]) > ckpt.step] \
+            if cfg.checkpoint_dir else []
+        if later:
+            raise CheckpointError(f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
+                                  "resume from the newest checkpoint or write to a fresh checkpoint_dir")
+        best_path = ckpt.path.parent / "best.safetensors"
+        if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
+            raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
+    else:
+        for what, directory, name in (("checkpoint_dir", cfg.checkpoint_dir, None),
+                                      ("log_dir", cfg.log_dir, "metrics.csv")):
+            if directory and (list_checkpoints(directory) if name is None else (Path(directory) / name).exists()):
+                raise ValueError(f"{what}={directory!r} already holds another run's files; pass "
+                                 f"--resume-from {directory} to continue it, or choose an empty directory")
+    if cfg.activation_checkpointing:
+        from .memory import apply_activation_checkpointing
 
-    model = GPT(cfg.model_config())
+        apply_activation_checkpointing(model)
     optimizer = make_optimizer(model, cfg)
+    # The schedule counts optimizer steps.  It is not passed to prepare():
+    # Accelerate would step it once per process per step.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, val_loader, scheduler
-    )
+    progress, best_state = _new_progress(), None
+    if ckpt:  # everything validated: now apply it
+        load_weights(model, ckpt.weights, ckpt.aliases)
+        progress.update(load_trainer_state(ckpt, optimizer, scheduler))
+        if cfg.patience and progress["best_step"]:
+            best_state = _read_best(ckpt.path.parent / "best.safetensors")
+    train_loader = DataLoader(train_data, batch_size=cfg.batch_size, drop_last=True,
+                              sampler=EpochSampler(len(train_data), cfg.seed),
+                              generator=torch.Generator().manual_seed(cfg.seed))  # keeps the global RNG untouched
+    val_loader = DataLoader(val_data, batch_size=cfg.batch_size, shuffle=False,
+                            generator=torch.Generator().manual_seed(cfg.seed))
+    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
 
-    losses, val_losses, lrs = [], [], []
-    tokens_per_step = cfg.batch_size * cfg.block_size * accelerator.num_processes
-    bar = tqdm(total=cfg.max_steps, disable=not (cfg.progress and accelerator.is_main_process),
-               desc="train", unit="step")
-    batches = infinite(train_loader)
-    t0 = time.perf_counter()
-    for step in range(cfg.max_steps):
-        lrs.append(scheduler.get_last_lr()[0])
-        loss = train_step(model, next(batches), optimizer, scheduler, accelerator, cfg.grad_clip)
-        losses.append(loss.item())
-        if cfg.eval_interval and ((step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.max_steps):
-            val_losses.append((step + 1, evaluate(model, val_loader, accelerator, cfg.eval_batches)))
-        elapsed = time.perf_counter() - t0
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens_per_step * (step + 1) / elapsed:,.0f}")
-        bar.update()
-    bar.close()
-    seconds = time.perf_counter() - t0
-    return TrainResult(losses=losses, val_losses=val_losses, lrs=lrs,
-                       tokens_per_s=tokens_per_step * cfg.max_steps / seconds, seconds=seconds,
-                       model=accelerator.unwrap_model(model), config=cfg)
+    guard = StepGuard(cfg, fp16_scaler=accelerator.scaler is not None)
+    guard.bad_in_row = progress["bad_in_row"]
+    if guard.detector and progress["detector"]:
+        guard.detector.load_state_dict(progress["detector"])
+    events: dict[str, str] = progress["events"]  # step (as text, JSON keys) -> event
+    steps_per_epoch = len(train_loader) / cfg.grad_accum_steps
+    if cfg.tensorboard:
+        accelerator.init_trackers("gputrain", config={k: v for k, v in asdict(cfg).items()
+                                                      if isinstance(v, (int, float, str, bool))})
+    val_at = dict(progress["val_losses"])
+    log = RunLog(cfg, accelerator, [
+        {"step": s, "epoch": round(s / steps_per_epoch, 4), "loss": loss, "val_loss": val_at.get(s, ""),
+         "lr": lr, "grad_norm": norm, "tokens_per_s": "", "event": events.get(str(s), "")}
+        for s, (loss, lr, norm) in enumerate(zip(progress["losses"], progress["lrs"], progress["grad_norms"]), 1)])
+    show = cfg.progress and accelerator.is_main_process
+    bar = tqdm(total=cfg.max_steps, initial=progress["step"], disable=not show, desc="train", unit="step")
 
+    def say(message: str) -> None:
+        if cfg.progress:
+            (bar.write if show else accelerator.print)(message)
+
+    def state_for_disk() -> dict:
+        p = {k: v for k, v in progress.items()}
+        p["losses"], p["lrs"], p["grad_norms"] = list(p["losses"]), list(p["lrs"]), list(p["grad_norms"])
+        p["bad_in_row"] = guard.bad_in_row
+        p["detector"] = guard.detector.state_dict() if guard.detector else None
+        return p
+
+    def checkpoint() -> Path:
+        path = None
+        if accelerator.is_main_process:
+            path = save_checkpoint(cfg.checkpoint_dir, progress["step"], accelerator.unwrap_model(model),
+                                   optimizer, scheduler, state_for_disk(), model_config, keep=cfg.keep_checkpoints)
+        accelerator.wait_for_everyone()
+        return path or Path(cfg.checkpoint_dir) / f"step_{progress['step']:08d}"
+
+    batches = _batches(train_loader, accelerator, progress["epoch"], progress["batch"])
+    last_ckpt, stopped_early, tokens, t0 = None, False, 0, time.perf_counter()
+    try:
+        while progress["step"] < cfg.max_steps:
+            t_step = time.perf_counter()
+            micro = []
+            for _ in range(cfg.grad_accum_steps):
+                progress["epoch"], progress["batch"], batch = next(batches)
+                micro.append(batch_hook(progress["step"] + 1, batch) if batch_hook else batch)
+            lr = scheduler.get_last_lr()[0]
+            stats = train_step(model, micro, optimizer, accelerator, cfg.grad_clip, accept=guard)
+            step_seconds = time.perf_counter() - t_step
+            scheduler.step()
+            progress["step"] = step = progress["step"] + 1
+            step_tokens = sum(b[1].numel() for b in micro) * accelerator.num_processes
+            tokens += step_tokens
+            progress["losses"].append(stats.loss if math.isfinite(stats.loss) else math.nan)
+            progress["lrs"].append(lr)
+            progress["grad_norms"].append(stats.grad_norm if math.isfinite(stats.grad_norm) else math.nan)
+            if guard.event:
+                events[str(step)] = guard.event
+                say(f"step {step}: {guard.event} (loss {stats.loss:.4g}, grad norm {stats.grad_norm:.4g})")
+            val = ""
+            if cfg.eval_interval and (step % cfg.eval_interval == 0 or step == cfg.max_steps):
+                val = evaluate(model, val_loader, accelerator, cfg.eval_batches)
+                progress["val_losses"].append((step, val))
+                if val < progress["best_val"]:
+                    progress.update(best_val=val, best_step=step, evals_since_best=0)
+                    if cfg.patience:  # keep the best weights (on the CPU) to restore at the end
+                        best_state = _weights(accelerator.unwrap_model(model))
+                        if cfg.checkpoint_dir and accelerator.is_main_process:
+                            Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+                            _write_atomic(Path(cfg.checkpoint_dir) / "best.safetensors",
+                                          st_save(best_state[0], metadata={"aliases": json.dumps(best_state[1])}))
+                else:
+                    progress["evals_since_best"] += 1
+                    stopped_early = bool(cfg.patience) and progress["evals_since_best"] >= cfg.patience
+            log.row(step=step, epoch=round(step / steps_per_epoch, 4), loss=stats.loss, val_loss=val, lr=lr,
+                    grad_norm=stats.grad_norm, tokens_per_s=round(step_tokens / step_seconds, 1),
+                    event=guard.event)
+            if guard.bad_in_row >= cfg.max_bad_steps:
+                kept = f"; the last good checkpoint is {str(last_ckpt)!r}" if last_ckpt else ""
+                raise TrainingDiverged(f"{guard.bad_in_row} steps in a row had a non-finite loss or gradient "
+                                       f"(up to step {step}); none reached the weights{kept}; "
+                                       "lower --lr or check the data")
+            bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):,.0f}",
+                            refresh=False)
+            bar.update()
+            if cfg.checkpoint_dir and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
+                last_ckpt = checkpoint()
+                log.flush()
+            if stopped_early:
+                say(f"early stop at step {step}: validation loss has not improved for {cfg.patience} "
+                    f"evaluations; restoring the weights of step {progress['best_step']}")
+                break
+        seconds = max(time.perf_counter() - t0, 1e-9)
+        if cfg.checkpoint_dir and (last_ckpt is None or not last_ckpt.name.endswith(f"{progress['step']:08d}")):
+            last_ckpt = checkpoint()
+    finally:
+        bar.close()
+        log.close()
+        if cfg.tensorboard:
+            accelerator.end_training()
+    unwrapped = accelerator.unwrap_model(model)
+    if cfg.patience and best_state is not None:
+        load_weights(unwrapped, *best_state)
+    skipped = sorted(int(s) for s, e in events.items() if e in ("nonfinite", "spike-skipped"))
+    spikes = sorted(int(s) for s, e in events.items() if e.startswith("spike"))
+    result = TrainResult(
+        losses=progress["losses"], val_losses=[tuple(v) for v in progress["val_losses"]], lrs=progress["lrs"],
+        grad_norms=progress["grad_norms"], tokens_per_s=tokens / seconds, seconds=seconds, model=unwrapped,
+        config=cfg, steps=progress["step"], epochs=progress["step"] / steps_per_epoch, skipped=skipped,
+        spikes=spikes, stopped_early=stopped_early, best_step=progress["best_step"],
+        best_val_loss=progress["best_val"], checkpoint=last_ckpt, is_main_process=accelerator.is_main_process)
+    if cfg.progress:
+        val_text = f", validation {result.val_losses[-1][1]:.3f}" if result.val_losses else ""
+        accelerator.print(f"trained {result.steps} steps ({result.epochs:.2f} epochs) in {seconds:.1f} s: "
+                          f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}{val_text}, "
+                          f"{result.tokens_per_s:,.0f} tokens/s")
+    AcceleratorState._reset_state(reset_partial_state=False)  # leave no settings behind for the next run
+    GradientState._reset_state()
+    return result

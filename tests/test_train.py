@@ -1,0 +1,336 @@
+"""gputrain.train: the configuration, the step, the guards, early stopping, logging (chapter 6)."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+import torch.nn as nn
+
+from gputrain import train as T
+from gputrain.metrics import SpikeDetector
+
+# A model small enough that a step takes milliseconds on a loaded CPU.
+SMALL = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=40_000,
+             warmup_steps=2, eval_interval=0, progress=False)
+
+
+def small(**overrides) -> T.TrainConfig:
+    return T.TrainConfig(**{**SMALL, **overrides})
+
+
+# --- configuration --------------------------------------------------------------
+
+
+def test_every_field_has_a_help_comment():
+    from gputrain.cli import _field_help
+
+    helps = _field_help(T.TrainConfig)
+    assert [f.name for f in dataclasses.fields(T.TrainConfig) if not helps.get(f.name)] == []
+
+
+@pytest.mark.parametrize("name", list(T.PRESETS))
+def test_presets_are_valid_configs_with_overrides(name):
+    cfg = T.preset_config(name, max_steps=1234, warmup_steps=0)
+    assert isinstance(cfg, T.TrainConfig) and cfg.max_steps == 1234
+    assert cfg.n_embd % cfg.n_head == 0
+
+
+def test_gpt2_small_preset_has_gpt2_small_shape():
+    from gputrain.model import GPT, count_params
+
+    cfg = T.gpt2_small()
+    assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == (12, 12, 768, 1024)
+    assert cfg.batch_size * cfg.grad_accum_steps * cfg.block_size == 524_288  # ~0.5 M tokens per step
+    with torch.device("meta"):  # shape only: no memory
+        n = count_params(GPT(cfg.model_config()))
+    assert 85e6 < n < 87e6
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(ValueError, match="unknown preset 'huge'; use one of: tiny, small, gpt2_small"):
+        T.preset_config("huge")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"lr": float("nan")}, "lr must be a positive"),
+    ({"n_layer": 2.5}, "n_layer must be a int"),
+    ({"compile": 1}, "compile must be a bool"),
+    ({"grad_accum_steps": 0}, "grad_accum_steps must be >= 1"),
+    ({"seq_len": 65, "block_size": 64}, "seq_len=65 exceeds the model's context block_size=64"),
+    ({"vocab_size": 100}, "too small for bytes"),
+    ({"val_fraction": 1.0}, "val_fraction must be in"),
+    ({"schedule": "linear"}, "schedule must be 'cosine' or 'constant'"),
+    ({"dropout": 1.0}, "dropout must be in"),
+    ({"patience": 3, "eval_interval": 0}, "patience needs validation passes"),
+    ({"checkpoint_interval": 10}, "needs a checkpoint_dir"),
+    ({"spike_window": 1}, "spike_window must be 0"),
+    ({"spike_threshold": 0.0}, "spike_threshold must be > 0"),
+    ({"tensorboard": True}, "tensorboard needs a log_dir"),
+])
+def test_each_bad_field_one_clear_error(bad, message):
+    with pytest.raises(ValueError, match=message) as err:
+        T.TrainConfig(**bad)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_data_file_and_missing_resume_are_file_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data file .*nope.txt' not found"):
+        T.TrainConfig(data=str(tmp_path / "nope.txt"))
+    with pytest.raises(FileNotFoundError, match="resume_from=.* does not exist"):
+        T.TrainConfig(resume_from=str(tmp_path / "nothing"))
+
+
+def test_hf_data_needs_datasets_or_loads_local_files(tmp_path):
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="needs the datasets package: pip install datasets"):
+            T.TrainConfig(data="hf:wikitext")
+        return
+    (tmp_path / "a.txt").write_text("def f(x):\n    return x\n" * 500)
+    cfg = small(data=f"hf:{tmp_path}", corpus_bytes=5_000)
+    assert T.load_text(cfg).startswith("def f(x):")
+
+
+def test_tensorboard_without_the_package_is_one_clear_error(tmp_path):
+    try:
+        import tensorboard  # noqa: F401
+        pytest.skip("tensorboard is installed")
+    except ImportError:
+        with pytest.raises(ValueError, match="pip install tensorboard"):
+            T.TrainConfig(tensorboard=True, log_dir=str(tmp_path))
+
+
+# --- hardware checks: one clear error instead of a silent fallback -------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only errors")
+@pytest.mark.parametrize("overrides, message", [
+    ({"mixed_precision": "fp16"}, "needs a CUDA GPU"),
+    ({"mixed_precision": "fp8"}, "needs an FP8 GPU"),
+    ({"fsdp": True}, "fsdp=True needs CUDA GPUs"),
+])
+def test_hardware_the_cpu_lacks_is_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        T.train(small(max_steps=2, **overrides))
+
+
+def test_bf16_on_the_cpu_really_trains_in_bf16():
+    result = T.train(small(max_steps=6, mixed_precision="bf16"))
+    assert all(math.isfinite(v) for v in result.losses)
+    # Autocast rounds the matmuls to bf16: the losses differ from an fp32 run.
+    fp32 = T.train(small(max_steps=6))
+    assert result.losses != fp32.losses
+    assert result.losses == pytest.approx(fp32.losses, abs=0.05)
+
+
+# --- the loop -------------------------------------------------------------------
+
+
+def test_loss_falls_and_history_is_complete(tmp_path):
+    result = T.train(small(max_steps=40, eval_interval=20, log_dir=str(tmp_path)))
+    assert len(result.losses) == len(result.lrs) == len(result.grad_norms) == 40
+    assert sum(result.losses[-5:]) / 5 < sum(result.losses[:5]) / 5 - 1.0
+    assert [s for s, _ in result.val_losses] == [20, 40]
+    assert result.steps == 40 and 0 < result.epochs < 1 and result.tokens_per_s > 0
+    history = T.read_history(tmp_path / "metrics.csv")
+    assert history["step"] == [float(s) for s in range(1, 41)]
+    assert history["loss"] == pytest.approx(result.losses)
+    logged = [(int(s), v) for s, v in zip(history["step"], history["val_loss"]) if not math.isnan(v)]
+    assert [s for s, _ in logged] == [20, 40]
+    assert [v for _, v in logged] == pytest.approx([v for _, v in result.val_losses])
+
+
+def test_lr_follows_warmup_then_cosine():
+    result = T.train(small(max_steps=20, warmup_steps=5, lr=1e-3, min_lr_ratio=0.1))
+    expected = [1e-3 * T.lr_lambda(result.config)(k) for k in range(20)]
+    assert result.lrs == pytest.approx(expected)
+    assert result.lrs[4] == pytest.approx(1e-3) and result.lrs[-1] < 0.15e-3
+
+
+def test_gradient_accumulation_equals_the_large_batch():
+    """4 micro-batches of 4 make the same step as one batch of 16 (dropout off, same data order)."""
+    big = T.train(small(max_steps=5, batch_size=16))
+    accumulated = T.train(small(max_steps=5, batch_size=4, grad_accum_steps=4))
+    # Same samples per step only holds within the first epoch and for this sampler: both
+    # draw the same permutation and take it 16 at a time.
+    assert accumulated.losses == pytest.approx(big.losses, rel=1e-5)
+    a, b = big.model.state_dict(), accumulated.model.state_dict()
+    C = big.config.n_embd
+    for name in a:
+        if name.endswith("qkv.bias"):
+            # The key bias cannot change attention (softmax ignores a constant shift), so its
+            # gradient is pure rounding noise, which Adam scales up to full-size steps. Compare
+            # the query and value thirds only.
+            a[name], b[name] = a[name][[*range(C), *range(2 * C, 3 * C)]], b[name][[*range(C), *range(2 * C, 3 * C)]]
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_text_files_as_data(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha beta gamma\n" * 400)
+    (tmp_path / "b.txt").write_text("delta epsilon\n" * 400)
+    cfg = small(data=f"{tmp_path}/*.txt", max_steps=3, seq_len=16)
+    assert T.load_text(cfg).startswith("alpha beta gamma")
+    train_set, val_set = T.build_data(cfg)
+    assert train_set[0][0].shape == (16,)
+    assert len(T.train(cfg).losses) == 3
+
+
+def test_empty_corpus_is_one_clear_error(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="is empty; point --data at files with text"):
+        T.train(small(data=str(tmp_path / "empty.txt")))
+
+
+class Poisoned(torch.utils.data.Dataset):
+    """Regression data where the sample ``bad`` is NaN: any batch holding it has a NaN loss."""
+
+    def __init__(self, n=64, bad=()):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 4, generator=g)  # (N, 4)
+        self.y = self.x @ torch.tensor([0.5, -1.0, 0.25, 1.5])  # (N,)
+        for i in bad:
+            self.x[i] = float("nan")
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def regression(n=64, bad=()):
+    model = T.WithLoss(nn.Linear(4, 1), lambda out, y: nn.functional.mse_loss(out.squeeze(-1), y))
+    return dict(model=model, train_data=Poisoned(n, bad), val_data=Poisoned(16))
+
+
+def test_poisoned_batch_is_skipped_and_counted():
+    cfg = small(max_steps=24, batch_size=8, lr=0.1, grad_clip=0.0, spike_window=0, schedule="constant")
+    result = T.train(cfg, **regression(n=192, bad=[5]))  # one epoch of 24 batches: the NaN is met once
+    assert len(result.skipped) == 1 == sum(math.isnan(v) for v in result.losses)
+    assert all(torch.isfinite(p).all() for p in result.model.parameters())
+    finite = [v for v in result.losses if not math.isnan(v)]
+    assert sum(finite[-4:]) < sum(finite[:4]) / 4  # it kept learning around the bad batch
+
+
+def test_injected_inf_gradient_never_reaches_the_weights():
+    seen = {}
+
+    def hook(step, batch):
+        x, y = batch
+        if step == 3:  # a label of 1e30 makes a finite-looking batch with an infinite gradient
+            y = y.clone()
+            y[0] = 1e30
+        return x, y
+
+    def snapshot(step, batch):
+        seen[step] = [p.detach().clone() for p in model.parameters()]
+        return hook(step, batch)
+
+    parts = regression()
+    model = parts["model"]
+    result = T.train(small(max_steps=5, batch_size=8, lr=0.05, spike_window=0), batch_hook=snapshot, **parts)
+    assert result.skipped == [3]
+    for before, after in zip(seen[3], seen[4]):
+        assert torch.equal(before, after)  # step 3 changed nothing
+
+
+def test_non_finite_steps_in_a_row_stop_the_run_with_the_checkpoint_intact(tmp_path):
+    def hook(step, batch):
+        x, y = batch
+        return (x * float("nan"), y) if step > 6 else (x, y)
+
+    cfg = small(max_steps=20, batch_size=8, max_bad_steps=3, checkpoint_dir=str(tmp_path), checkpoint_interval=5,
+                spike_window=0)
+    with pytest.raises(T.TrainingDiverged, match=r"3 steps in a row .* \(up to step 9\).*step_00000005"):
+        T.train(cfg, batch_hook=hook, **regression())
+    ckpt = T.read_checkpoint(tmp_path)
+    assert ckpt.step == 5 and all(torch.isfinite(t).all() for t in ckpt.weights.values())
+
+
+def test_spike_is_detected_and_can_be_skipped():
+    def corrupt(step, batch):
+        x, y = batch
+        return (x, torch.full_like(y, 7)) if step == 30 else (x, y)  # every target the BEL byte
+
+    logged = T.train(small(max_steps=32, spike_window=20, lr=1e-3), batch_hook=corrupt)
+    assert logged.spikes == [30] and logged.skipped == []
+    skipped = T.train(small(max_steps=32, spike_window=20, lr=1e-3, skip_spikes=True), batch_hook=corrupt)
+    assert skipped.spikes == [30] and skipped.skipped == [30]
+    assert skipped.losses[:30] == logged.losses[:30]  # identical until the spike
+
+
+def test_early_stopping_restores_the_best_weights():
+    # 3 KB of text, a high constant rate, validation every 4 steps: it stops within a few dozen
+    cfg = small(corpus_bytes=3_000, max_steps=200, lr=2e-2, eval_interval=4, patience=2,
+                warmup_steps=0, schedule="constant", weight_decay=0.0, eval_batches=2)
+    result = T.train(cfg)
+    assert result.stopped_early and result.steps < 200
+    vals = dict(result.val_losses)
+    assert result.best_val_loss == min(vals.values()) == vals[result.best_step]
+    assert result.steps == result.best_step + cfg.patience * cfg.eval_interval
+    # the returned model holds the best weights: evaluating it reproduces the best loss
+    _, val_set = T.build_data(cfg)
+    x, y = next(iter(torch.utils.data.DataLoader(val_set, batch_size=8 * 2)))  # what 2 batches of 8 cover
+    with torch.no_grad():
+        loss = result.model(x, y)[1].item()  # windows have equal length: per-sample mean = overall mean
+    assert loss == pytest.approx(result.best_val_loss, rel=1e-5)
+
+
+def test_evaluate_weights_every_sample_once():
+    from accelerate import Accelerator
+
+    model = T.WithLoss(nn.Linear(4, 1), lambda out, y: nn.functional.mse_loss(out.squeeze(-1), y))
+    data = Poisoned(30)
+    loader = torch.utils.data.DataLoader(data, batch_size=8)  # 8 + 8 + 8 + 6
+    value = T.evaluate(model, loader, Accelerator(cpu=True), max_batches=10)
+    with torch.no_grad():
+        expected = nn.functional.mse_loss(model.model(data.x).squeeze(-1), data.y).item()
+    assert value == pytest.approx(expected, rel=1e-6)
+
+
+def test_plot_history_from_result_and_csv(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def corrupt(step, batch):
+        x, y = batch
+        return (x, torch.full_like(y, 7)) if step == 25 else (x, y)
+
+    result = T.train(small(max_steps=28, spike_window=20, eval_interval=14, log_dir=str(tmp_path)),
+                     batch_hook=corrupt)
+    for source in (result, tmp_path / "metrics.csv"):
+        fig = T.plot_history(source)
+        assert len(fig.axes) == 3
+        assert len(fig.axes[1].lines[0].get_xdata()) == 28
+
+
+# --- the spike detector against scipy's robust statistics ----------------------------
+
+
+def test_spike_score_is_scipys_robust_z():
+    g = torch.Generator().manual_seed(1)
+    values = (3.0 + 0.1 * torch.randn(200, generator=g)).tolist()
+    det = SpikeDetector(window=50, threshold=6.0)
+    for i, v in enumerate(values):
+        window = values[max(0, i - 50):i]
+        if len(window) >= det.min_history:
+            med = float(np.median(window))
+            mad = scipy.stats.median_abs_deviation(window, scale="normal")  # 1.4826 * MAD
+            assert det.score(v) == pytest.approx((v - med) / mad, rel=1e-4)
+        det.update(v)
+
+
+def test_spike_detector_flags_a_jump_but_not_noise_and_round_trips():
+    g = torch.Generator().manual_seed(2)
+    det = SpikeDetector(window=30, threshold=6.0)
+    flags = [det.update(2.0 + 0.05 * float(torch.randn(1, generator=g))) for _ in range(300)]
+    assert sum(flags) == 0
+    copy = SpikeDetector(window=30, threshold=6.0)
+    copy.load_state_dict(det.state_dict())
+    assert copy.score(3.0) == det.score(3.0) > 6.0
+    assert det.update(3.0) and not det.update(float("nan"))

@@ -124,3 +124,17 @@ def test_gpu_bf16_matmul_reaches_a_real_fraction_of_peak():
     tf32 = matmul_tflops(4096, "tf32")
     fp32 = matmul_tflops(4096, "fp32")
     assert tf32.tflops > fp32.tflops  # tensor cores are on only when asked for
+
+
+def test_time_shares_put_matmuls_below_their_flop_share():
+    from gputrain.metrics import cpu_threads, matmul_fraction, time_shares
+
+    torch.manual_seed(0)
+    mlp = MLP(64, 64, hidden=64, depth=4, activation="gelu")
+    x = torch.randn(256, 64)
+    with cpu_threads(1), torch.no_grad():
+        times = time_shares(mlp, x)
+        flops = count_flops(mlp, x)
+    assert torch.get_num_threads() >= 1 and abs(sum(times.values()) - 1) < 1e-9
+    assert "aten.addmm" in times and set(times) >= {"aten.gelu"}
+    assert 0 < matmul_fraction(times) < 1 and matmul_fraction(flops.shares()) == flops.matmul_share() > 0.9

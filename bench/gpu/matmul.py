@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from gputrain.device import device_name, peak_flops, write_result
-from gputrain.metrics import copy_bandwidth, matmul_tflops
+from gputrain.metrics import copy_bandwidth, matmul_sweep
 
 SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384]
 DTYPES = ["bf16", "fp16", "tf32", "fp32"]
@@ -31,15 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/gpu/matmul.py measures a CUDA GPU; none is visible here", file=sys.stderr)
         return 1
     t0 = time.perf_counter()
-    rows = []
-    for dtype in DTYPES:
-        for n in args.sizes:
-            p = matmul_tflops(n, dtype, target_seconds=0.1)
-            rows.append({"n": n, "dtype": dtype, "seconds": p.seconds, "tflops": p.tflops,
-                         "peak_tflops": p.peak_tflops, "fraction_of_peak": p.fraction_of_peak,
-                         "intensity_flop_per_byte": p.intensity})
-            frac = f"{p.fraction_of_peak:6.1%}" if p.fraction_of_peak is not None else "   n/a"
-            print(f"{dtype:>5} n={n:>6}: {p.tflops:8.1f} TFLOP/s  {frac} of peak", flush=True)
+    rows = [p.to_dict() for p in matmul_sweep(args.sizes, DTYPES)]
+    for r in rows:
+        frac = f"{r['fraction_of_peak']:6.1%}" if r["fraction_of_peak"] is not None else "   n/a"
+        print(f"{r['dtype']:>5} n={r['n']:>6}: {r['tflops']:8.1f} TFLOP/s  {frac} of peak", flush=True)
     bandwidth = copy_bandwidth(1 << 30)  # 1 GiB read + 1 GiB written per copy
     print(f"copy bandwidth: {bandwidth / 1e12:.2f} TB/s")
     data = {

@@ -96,7 +96,7 @@ class FlopCount:
         return sum(n for op, n in self.by_op.items() if op in MATMUL_OPS)
 
     def matmul_share(self) -> float:
-        return self.matmul / self.total if self.total else 0.0
+        return matmul_fraction(self.shares())
 
     def shares(self) -> dict[str, float]:
         """Fraction of all FLOPs per operator, largest first."""
@@ -209,6 +209,74 @@ def median_seconds(fn: Callable[[], object], target_seconds: float = 0.2, rounds
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    """Run CPU operators on ``n`` threads inside the block, then restore the setting.
+
+    On a small, shared CPU, operators on tiny tensors spend longer handing work
+    between threads than computing; one thread measures the arithmetic.
+    """
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (C++ logging bypasses ``sys.stderr``) inside the block."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+
+
+def time_shares(fn: Callable, *args, rounds: int = 3, **kwargs) -> dict[str, float]:
+    """Fraction of run time per operator over ``rounds`` calls, measured with ``torch.profiler``.
+
+    Self time of each ``aten`` operator: GPU kernel time when CUDA is
+    available, CPU time otherwise.  Keys match :attr:`FlopCount.by_op`
+    ("aten.addmm"), so time shares and FLOP shares can be set side by side.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    fn(*args, **kwargs)  # warm-up: first calls allocate and pick kernels
+    synchronize()
+    prof = profile(activities=activities)
+    with _quiet_stderr():  # torch 2.13's profiler prints a trace line at start and stop
+        prof.start()
+    try:
+        for _ in range(rounds):
+            fn(*args, **kwargs)
+        synchronize()
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    times = {e.key.replace("::", "."): getattr(e, attr) for e in prof.key_averages() if e.key.startswith("aten::")}
+    times = {k: v for k, v in times.items() if v > 0}
+    total = sum(times.values())
+    return {k: v / total for k, v in sorted(times.items(), key=lambda kv: -kv[1])}
+
+
+def matmul_fraction(shares: dict[str, float]) -> float:
+    """The part of a share table (FLOPs or time, by operator) that belongs to matrix products."""
+    return sum(v for k, v in shares.items() if k in MATMUL_OPS)
+
+
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
 }
@@ -246,6 +314,12 @@ class MatmulProbe:
         """FLOPs per byte moved if A, B and C cross memory once: 2n^3 / (3 n^2 bytes)."""
         return 2 * self.n / (3 * DTYPES[self.dtype].itemsize)
 
+    def to_dict(self) -> dict:
+        """A JSON-ready row (as stored in ``book/results/matmul.json``)."""
+        return {"n": self.n, "dtype": self.dtype, "seconds": self.seconds, "tflops": self.tflops,
+                "peak_tflops": self.peak_tflops, "fraction_of_peak": self.fraction_of_peak,
+                "intensity_flop_per_byte": self.intensity}
+
 
 def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = None,
                   target_seconds: float = 0.2) -> MatmulProbe:
@@ -269,6 +343,12 @@ def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = Non
     peak = peak_flops(dtype) if dev.type == "cuda" else None
     return MatmulProbe(n=n, dtype=dtype, device=str(dev), seconds=seconds, tflops=2 * n**3 / seconds / 1e12,
                        peak_tflops=peak / 1e12 if peak else None)
+
+
+def matmul_sweep(sizes: Sequence[int], dtypes: Sequence[str], dev: Optional[torch.device] = None,
+                 target_seconds: float = 0.1) -> list[MatmulProbe]:
+    """:func:`matmul_tflops` for every dtype and size: the data of a throughput-vs-size plot."""
+    return [matmul_tflops(n, dt, dev, target_seconds) for dt in dtypes for n in sizes]
 
 
 def copy_bandwidth(nbytes: int = 1 << 28, dev: Optional[torch.device] = None) -> float:

@@ -163,7 +163,7 @@ def test_topological_order_puts_inputs_first():
     pos = {id(t): i for i, t in enumerate(order)}
     assert order[-1] is c and len(order) == len(pos)
     for node in order:
-        assert all(pos[id(p)] < pos[id(node)] for p in node._parents)
+        assert all(pos[id(p)] < pos[id(node)] for p in node.parents)
 
 
 def test_deep_graph_has_no_recursion_limit():

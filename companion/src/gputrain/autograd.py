@@ -57,6 +57,16 @@ class Tensor:
     def is_leaf(self) -> bool:
         return not self._parents
 
+    @property
+    def parents(self) -> tuple["Tensor", ...]:
+        """The tensors this one was computed from (empty for a leaf or a constant)."""
+        return self._parents
+
+    @property
+    def op(self) -> str:
+        """The name of the operation that made this tensor ("" for a leaf)."""
+        return self._op
+
     def __repr__(self) -> str:
         label = f" name={self.name!r}" if self.name else ""
         op = f" op={self._op}" if self._op else ""
@@ -442,14 +452,14 @@ def accuracy(model: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
 
 def digits_split(test_fraction: float = 0.2, seed: int = 0, dtype=torch.float64,
                  device: Optional[torch.device] = None) -> tuple[torch.Tensor, ...]:
-    """scikit-learn's 8x8 digits as ``x_train, y_train, x_test, y_test``; pixels scaled to [0, 1]."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as e:  # scikit-learn is in the [book] extra, not the core package
-        raise ImportError("the digits need scikit-learn: pip install -e 'companion[book]'") from e
-    d = load_digits()
-    x = torch.as_tensor(d.data, dtype=dtype) / 16.0  # (1797, 64): pixel values 0..16
-    y = torch.as_tensor(d.target, dtype=torch.long)  # (1797,)
+    """scikit-learn's 8x8 digits (:func:`gputrain.data.digits`) as ``x_train, y_train, x_test, y_test``.
+
+    Pixels are scaled from 0..16 to [0, 1]; the split is a seeded permutation.
+    """
+    from .data import digits
+
+    x, y = digits()  # (1797, 64), (1797,)
+    x = x.to(dtype) / 16.0
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     n_test = int(len(y) * test_fraction)
     test, train = perm[:n_test], perm[n_test:]
@@ -482,3 +492,83 @@ def train_digits(hidden: Sequence[int] = (64,), activation: str = "relu", epochs
             sgd_step(params, lr)  # adjust a little
             losses.append(loss.item())
     return DigitsRun(model, losses, accuracy(model, x_tr, y_tr), accuracy(model, x_te, y_te))
+
+
+# -- looking inside torch's autograd: what backward keeps, and what reaches each layer ------------
+
+
+def saved_activation_bytes(fn: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes of the distinct tensors torch's autograd saves for the backward pass while ``fn()`` runs.
+
+    Every tensor a backward formula will need passes through the pack hook of
+    ``torch.autograd.graph.saved_tensors_hooks``.  Each storage counts once
+    (a ReLU's output and the next layer's input are one tensor in memory) and
+    the storages of ``exclude`` (pass the parameters: they exist anyway) not at all.
+    """
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in skip:
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t  # keep it as it is: we only look
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(saved.values())
+
+
+class DeepMLP(torch.nn.Module):
+    """``depth`` hidden layers of one width, plain ``h = f(W h + b)`` or residual ``h = h + f(W h + b)``.
+
+    Chapter 4 uses it for vanishing and exploding gradients.  The forward pass
+    keeps each hidden state (with ``retain_grad``) so that after ``backward``,
+    :meth:`signal_norms` gives the norm of dL/dh at every depth: the backward
+    signal each layer receives.  ``init_gain=None`` keeps PyTorch's default
+    initialization; a number draws weights from N(0, gain^2 * 2 / fan_in)
+    (He initialization times ``gain``) and zeroes the biases.
+    """
+
+    def __init__(self, n_in: int, n_out: int, *, width: int = 64, depth: int = 20, activation: str = "sigmoid",
+                 residual: bool = False, init_gain: Optional[float] = None):
+        super().__init__()
+        from .model import Activation
+
+        if depth < 1 or width < 1:
+            raise ValueError(f"DeepMLP needs depth >= 1 and width >= 1, got depth={depth}, width={width}")
+        self.residual = residual
+        self.inp = torch.nn.Linear(n_in, width)
+        self.hidden = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.out = torch.nn.Linear(width, n_out)
+        self.act = Activation(activation)
+        self.states: list[torch.Tensor] = []
+        if init_gain is not None:
+            for lin in (self.inp, *self.hidden, self.out):
+                torch.nn.init.normal_(lin.weight, std=init_gain * math.sqrt(2 / lin.in_features))
+                torch.nn.init.zeros_(lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.inp(x))  # (N, width)
+        self.states = [h]
+        for lin in self.hidden:
+            # the residual path adds the layer's input back: dh_out/dh_in = I + (layer's Jacobian)
+            h = h + self.act(lin(h)) if self.residual else self.act(lin(h))  # (N, width)
+            self.states.append(h)
+        if torch.is_grad_enabled():
+            for s in self.states:
+                s.retain_grad()
+        return self.out(h)  # (N, n_out)
+
+    def linears(self) -> list[torch.nn.Linear]:
+        return [self.inp, *self.hidden, self.out]
+
+    def signal_norms(self) -> list[float]:
+        """||dL/dh|| for each hidden state, input side first (after a backward pass)."""
+        if not self.states or self.states[0].grad is None:
+            raise RuntimeError("signal_norms() needs a forward and a backward pass first")
+        return [s.grad.norm().item() for s in self.states]
+
+    def weight_grad_norms(self) -> list[float]:
+        """||dL/dW|| for each linear layer, input side first (after a backward pass)."""
+        return [lin.weight.grad.norm().item() for lin in self.linears()]

@@ -286,12 +286,17 @@ DTYPES: dict[str, torch.dtype] = {
 def _fp32_matmul(precision: str):
     """Let float32 products use TF32 tensor cores ("tf32") or forbid it ("ieee")."""
     knob = torch.backends.cuda.matmul
-    old = knob.fp32_precision
-    knob.fp32_precision = precision
+    name, value = "fp32_precision", precision
+    try:
+        old = knob.fp32_precision  # torch >= 2.9
+    except AttributeError:  # older torch: the boolean switch
+        name, value = "allow_tf32", precision == "tf32"
+        old = knob.allow_tf32
+    setattr(knob, name, value)
     try:
         yield
     finally:
-        knob.fp32_precision = old
+        setattr(knob, name, old)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import types
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import torch
 import torch.nn as nn
@@ -371,7 +371,8 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
     stage 1 shards master weights and optimizer states over ``dp`` ranks,
     stage 2 also gradients, stage 3 also the parameters.  Activations follow
     our GPT's autograd graph (``activation_model="gputrain"``) or Korthikanti
-    et al.'s formula (``"korthikanti"``, full recomputation when checkpointing).
+    et al.'s formula (``"korthikanti"``, full recomputation when checkpointing;
+    scaled by ``activations / 2`` for recipes whose activations are not 16-bit).
     """
     recipe = get_recipe(precision)
     n_states = optimizer_states(optimizer)
@@ -405,8 +406,9 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
             raise ValueError(f"seq_len={s} exceeds the model's block_size={shape.block_size}")
         if activation_model == "korthikanti":
             mode = "full" if activation_checkpointing else "none"
+            # the formula counts 16-bit activations; FP32 activations take twice the bytes
             parts = {"blocks": korthikanti_activations(s, batch_size, shape.n_embd, shape.n_head,
-                                                       shape.n_layer, recompute=mode)}
+                                                       shape.n_layer, recompute=mode) * recipe.activations / 2}
         else:
             parts = gpt_activations(shape, recipe, batch_size, s, activation_checkpointing)
             phases = _gpt_phases(shape, recipe, batch_size * s, parts, grads, activation_checkpointing)

@@ -79,7 +79,10 @@ def browser(site):
 
 
 def _open(browser, url_path: str):
-    """Load a page with every non-local request blocked; return (page, blocked, errors)."""
+    """Load a page with every non-local request blocked; return (page, blocked, errors).
+
+    ``errors`` collects JavaScript exceptions and local requests that failed (HTTP >= 400).
+    """
     b, origin = browser
     context = b.new_context(viewport={"width": 1280, "height": 900})
     blocked: list[str] = []
@@ -95,6 +98,9 @@ def _open(browser, url_path: str):
     context.route("**/*", route)
     page = context.new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # a local file the page asks for but the site lacks (a font, a script chunk) is an error too
+    page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}")
+            if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
     page.goto(f"{origin}/{url_path}", wait_until="load")
     page.wait_for_load_state("networkidle")
     return page, blocked, errors

@@ -23,7 +23,7 @@ STAMP = VENDOR / ".complete"
 PACKAGES = {
     "mathjax@3.2.2": [("package/es5/", "mathjax/")],
     "requirejs@2.3.7": [("package/require.js", "require.js")],
-    "@jupyter-widgets/html-manager@1.0.6": [("package/dist/", "html-manager/")],
+    "@jupyter-widgets/html-manager@1.0.6": [("package/dist/", "@jupyter-widgets/html-manager/dist/")],
 }
 
 

@@ -1,0 +1,36 @@
+// Loaded between require.js and the widget manager (see _config.yml). The
+// manager finds its fonts next to the URL require.js gives its AMD modules;
+// without this mapping that URL is "<page dir>/@jupyter-widgets/...", which
+// does not exist on this site (it would be a CDN on others). The site is
+// offline, so point require.js at the vendored copy, relative to the page.
+require.config({
+  paths: {
+    "@jupyter-widgets": (document.documentElement.dataset.content_root || "") + "_static/vendor/@jupyter-widgets",
+  },
+});
+
+// ipywidgets typesets labels through MathJax 2's API (MathJax.Hub.Queue); this
+// site runs MathJax 3, which has no Hub, so a widget that renders after MathJax
+// is defined throws. Offer the one call widgets make, mapped onto MathJax 3, on
+// whatever object ends up as window.MathJax (MathJax 3 replaces it while loading).
+(function () {
+  var hub = {
+    Queue: function () {
+      for (var i = 0; i < arguments.length; i++) {
+        var a = arguments[i];
+        var el = Array.isArray(a) && a[0] === "Typeset" ? a[2] : null;
+        if (el && current && current.typesetPromise) current.typesetPromise([el]);
+      }
+    },
+  };
+  var current = window.MathJax;
+  if (current && !current.Hub) current.Hub = hub;
+  Object.defineProperty(window, "MathJax", {
+    configurable: true,
+    get: function () { return current; },
+    set: function (value) {
+      if (value && typeof value === "object" && !value.Hub) value.Hub = hub;
+      current = value;
+    },
+  });
+})();

@@ -34,10 +34,10 @@ def _check_lr(lr: float) -> None:
         raise ValueError(f"learning rate lr={lr!r} must be > 0; typical values are 1e-5 to 1e-1")
 
 
-def _check_unit(name: str, value: float) -> None:
-    """A decay rate (beta, alpha, momentum) must lie in [0, 1)."""
+def _check_unit(name: str, value: float, hint: str = "common choices are 0.9 to 0.999") -> None:
+    """A decay rate (beta, alpha, momentum, dampening) must lie in [0, 1)."""
     if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}={value!r} must be in [0, 1); common choices are 0.9 to 0.999")
+        raise ValueError(f"{name}={value!r} must be in [0, 1); {hint}")
 
 
 def _check_nonneg(name: str, value: float) -> None:
@@ -115,7 +115,7 @@ class Momentum(Optimizer):
                  weight_decay: float = 0.0, nesterov: bool = False):
         _check_lr(lr)
         _check_unit("momentum", momentum)
-        _check_unit("dampening", dampening)
+        _check_unit("dampening", dampening, hint="usually 0")
         _check_nonneg("weight_decay", weight_decay)
         if nesterov and (momentum == 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")

@@ -78,6 +78,17 @@ def test_stable_cross_entropy_survives_huge_logits_in_float32(scale):
     assert_close(ours.double(), F.cross_entropy(z, t, reduction="none"), rtol=1e-5, atol=1e-3)
 
 
+def test_near_ties_among_huge_logits_stay_exact_in_float32():
+    # the shift by the row maximum happens before the log: -9999 - (-9999) = 0 exactly
+    z = torch.tensor([[-1e4, -1e4, -9999.0, -1e4], [1e4, -1e4, 0.0, 5e3]])
+    t = torch.tensor([2, 2])
+    ours = L.cross_entropy(z, t, reduction="none")
+    assert_close(ours.double(), F.cross_entropy(z.double(), t, reduction="none"), rtol=1e-6, atol=1e-6)
+    # hidden = identity and weight = z.T make the head's logits exactly z
+    chunked = L.chunked_cross_entropy(torch.eye(2), z.T.contiguous(), t, chunk_size=1, reduction="none")
+    assert_close(chunked.double(), F.cross_entropy(z.double(), t, reduction="none"), rtol=1e-6, atol=1e-6)
+
+
 def test_naive_softmax_overflows_where_the_stable_one_does_not():
     z = torch.tensor([[89.0, 0.0, -1.0]])  # exp(89) > float32 max (3.4e38)
     t = torch.tensor([0])

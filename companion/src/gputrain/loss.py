@@ -20,8 +20,11 @@ Shapes: N = rows (B*T tokens), C = width, V = vocabulary (number of classes).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -67,21 +70,31 @@ def naive_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return -p.gather(-1, targets.unsqueeze(-1)).log().mean()
 
 
+def _row_max(z: torch.Tensor, dim: int) -> torch.Tensor:
+    """The maximum along ``dim`` (kept), as a constant: 0 where a row is all -inf."""
+    m = z.detach().amax(dim, keepdim=True)  # no gradient needed: the results do not depend on m
+    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of all -inf stays -inf, not nan
+
+
 def logsumexp(z: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """``log(sum(exp(z)))`` computed as ``m + log(sum(exp(z - m)))`` with ``m = max(z)``.
 
     After subtracting the maximum every exponent is <= 0, so nothing overflows,
     and the largest term is exactly 1, so the sum cannot underflow to 0.
     """
-    m = z.detach().amax(dim, keepdim=True)  # no gradient needed: the result does not depend on m
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of all -inf stays -inf, not nan
+    m = _row_max(z, dim)
     out = m + (z - m).exp().sum(dim, keepdim=True).log()
     return out if keepdim else out.squeeze(dim)
 
 
 def log_softmax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``log softmax(z) = z - logsumexp(z)``: finite for any finite logits."""
-    return z - logsumexp(z, dim, keepdim=True)
+    """``log softmax(z) = (z - m) - log(sum(exp(z - m)))``: finite for any finite logits.
+
+    Same algebra as ``z - logsumexp(z)``, but subtracting ``m`` first keeps the
+    small differences between large logits exact (logits near 1e4 in float32).
+    """
+    shifted = z - _row_max(z, dim)
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
 
 # --- the losses -----------------------------------------------------------------
@@ -174,8 +187,8 @@ def naive_head_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Cross-entropy of ``hidden @ weight.T`` computed ``chunk`` rows at a time.
 
-    Forward keeps only one (chunk, V) block of logits alive and saves the
-    per-row log-sum-exp (N numbers).  Backward recomputes each block's logits
+    Forward keeps only one (chunk, V) block of logits alive and saves, per
+    row, the maximum and the log-sum-exp of the shifted logits (2N numbers).  Backward recomputes each block's logits
     (one extra matmul: memory traded for compute) and turns them straight into
     ``dL/dlogits = softmax - target`` and then into the two gradients.
     """
@@ -186,38 +199,44 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         acc = torch.promote_types(hidden.dtype, torch.float32)  # the loss itself is never in bf16/fp16
         valid = targets != ignore_index  # (N,)
         safe = torch.where(valid, targets, torch.zeros_like(targets))
-        lse = torch.empty(N, dtype=acc, device=hidden.device)  # (N,)
+        m = torch.empty(N, dtype=acc, device=hidden.device)  # (N,) row maxima
+        log_s = torch.empty(N, dtype=acc, device=hidden.device)  # (N,) log sum exp(z - m)
         loss = torch.empty(N, dtype=acc, device=hidden.device)  # (N,)
         for s in range(0, N, chunk):
-            z = (hidden[s:s + chunk] @ weight.T).to(acc)  # (n, V): the only logits alive
-            lse[s:s + chunk] = logsumexp(z, dim=-1)
-            nll = lse[s:s + chunk] - z.gather(1, safe[s:s + chunk, None]).squeeze(1)  # (n,)
+            rows = slice(s, s + chunk)
+            z = (hidden[rows] @ weight.T).to(acc)  # (n, V): the only logits alive
+            m[rows] = _row_max(z, -1).squeeze(1)
+            z.sub_(m[rows, None])  # shifted logits, in place
+            z_target = z.gather(1, safe[rows, None]).squeeze(1)  # (n,)
+            z_mean = z.mean(-1) if label_smoothing else None  # (n,), read before z is overwritten
+            log_s[rows] = z.exp_().sum(-1).log()  # exp in place: still a single (n, V) buffer
+            nll = log_s[rows] - z_target  # (n,) -log softmax at the target
             if label_smoothing:
-                nll = (1 - label_smoothing) * nll + label_smoothing * (lse[s:s + chunk] - z.mean(-1))
-            loss[s:s + chunk] = nll
+                nll = (1 - label_smoothing) * nll + label_smoothing * (log_s[rows] - z_mean)
+            loss[rows] = nll
             del z
         loss = torch.where(valid, loss, torch.zeros_like(loss))
-        ctx.save_for_backward(hidden, weight, safe, valid, lse)
+        ctx.save_for_backward(hidden, weight, safe, valid, m, log_s)
         ctx.chunk, ctx.eps, ctx.reduction = chunk, label_smoothing, reduction
         return _reduce(loss, reduction, valid.sum())
 
     @staticmethod
     def backward(ctx, grad_out):
-        hidden, weight, safe, valid, lse = ctx.saved_tensors
+        hidden, weight, safe, valid, m, log_s = ctx.saved_tensors
         chunk, eps, reduction = ctx.chunk, ctx.eps, ctx.reduction
         N, V = hidden.shape[0], weight.shape[0]
         # dL/dloss_i for every row: the same scalar (sum), scalar / count (mean) or per row (none)
-        scale = grad_out.to(lse.dtype).expand(N) if reduction != "none" else grad_out.to(lse.dtype)
+        scale = grad_out.to(m.dtype).expand(N) if reduction != "none" else grad_out.to(m.dtype)
         if reduction == "mean":
             scale = scale / valid.sum()
         scale = torch.where(valid, scale, torch.zeros_like(scale))  # (N,)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None  # (N, C)
-        grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) \
+        grad_w = torch.zeros(weight.shape, dtype=m.dtype, device=weight.device) \
             if ctx.needs_input_grad[1] else None  # (V, C), accumulated over chunks
         for s in range(0, N, chunk):
             rows = slice(s, s + chunk)
-            g = (hidden[rows] @ weight.T).to(lse.dtype)  # (n, V): recomputed logits
-            g.sub_(lse[rows, None]).exp_()  # softmax, in place: no second (n, V) buffer
+            g = (hidden[rows] @ weight.T).to(m.dtype)  # (n, V): recomputed logits
+            g.sub_(m[rows, None]).sub_(log_s[rows, None]).exp_()  # softmax, in place: no second buffer
             g.scatter_add_(1, safe[rows, None], torch.full_like(g[:, :1], -(1 - eps)))  # - (1-eps) onehot
             if eps:
                 g.sub_(eps / V)  # - eps / V everywhere
@@ -266,6 +285,24 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
 # --- measuring the memory it saves ------------------------------------------------
 
 
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silence file descriptors 1 and 2: the profiler's C++ side prints start/stop markers there."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
 def peak_memory(fn: Callable[[], object], dev: Optional[torch.device] = None) -> int:
     """Peak bytes allocated while ``fn()`` runs, above what was allocated before it.
 
@@ -284,7 +321,7 @@ def peak_memory(fn: Callable[[], object], dev: Optional[torch.device] = None) ->
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_fds(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     sizes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:  # walk the event tree; allocation events carry a signed size

@@ -372,3 +372,28 @@ def test_sorted_training_forgets_and_shuffled_does_not():
         finals[order] = run.accuracy[-1]
     assert finals["sorted"][:2].max() < 0.05 and finals["sorted"][9] > 0.95  # the first classes are gone
     assert finals["shuffled"].min() > 0.7 and finals["shuffled"].mean() > 0.9
+
+
+def test_sample_text_is_seeded_and_bounded():
+    docs = [f"doc{i} " * (i + 1) for i in range(50)]
+    a, b = data.sample_text(docs, 300, seed=0), data.sample_text(docs, 300, seed=0)
+    assert a == b and len(a.encode()) == 300 and a != data.sample_text(docs, 300, seed=1)
+    assert data.sample_text(["中文"], 4) == "中"  # never cuts a character in half
+    assert data.sample_text(docs, 10**9) != "".join(docs)  # shuffled, yet every document is there
+    assert sorted(data.sample_text(docs, 10**9)) == sorted("".join(docs))
+
+
+@pytest.mark.gpu
+def test_gpu_pipeline_bench_writes_its_result(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from gputrain.device import read_result
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "data_pipeline.py"
+    spec = importlib.util.spec_from_file_location("data_pipeline", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--out", str(tmp_path), "--batch", "32", "--images", "128"]) == 0
+    result = read_result(tmp_path / "data_pipeline.json")["data"]
+    assert result["augment_images_per_s"] > 0 and [r["workers"] for r in result["loader"]][:3] == [0, 4, 8]

@@ -140,6 +140,21 @@ def split_indices(keys: Sequence[str], fractions: Sequence[float] = (0.8, 0.1, 0
     return parts
 
 
+def sample_text(docs: Sequence[str], max_bytes: int, seed: int = 0) -> str:
+    """Whole documents in a seeded random order, joined up to ``max_bytes`` UTF-8 bytes.
+
+    A sample of many files rather than the first files in alphabetical order,
+    which would over-represent whichever module happens to sort first.
+    """
+    parts, total = [], 0
+    for i in torch.randperm(len(docs), generator=torch.Generator().manual_seed(seed)).tolist():
+        if total >= max_bytes:
+            break
+        parts.append(docs[i])
+        total += len(docs[i].encode("utf-8"))
+    return "".join(parts).encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
 # --- 2. images ---------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``gputrain info | train | memory``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | memory | bench``; also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.
@@ -99,6 +99,64 @@ def _cmd_memory(args) -> int:
     return 0
 
 
+def _flag_text(name: str, value) -> str:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
+
+
+def _loop_overhead(steps: int, rounds: int) -> Optional[float]:
+    """Run bench/loop_overhead.py (gputrain.train against a plain loop) and return its ratio of medians."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    scripts = [Path.cwd() / "bench" / "loop_overhead.py", here.parents[3] / "bench" / "loop_overhead.py"]
+    script = next((s for s in scripts if s.is_file()), None)
+    if script is None:
+        print("loop overhead: bench/loop_overhead.py not found (run from the book's repository)")
+        return None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parents[1]),
+                                                                    os.environ.get("PYTHONPATH", "")]))}
+    proc = subprocess.run([sys.executable, str(script), "--steps", str(steps), "--rounds", str(rounds)],
+                          capture_output=True, text=True, env=env)
+    print(proc.stdout, end="")
+    found = re.search(r"ratio of medians ([0-9.]+)", proc.stdout)
+    if proc.returncode or not found:
+        print(f"loop overhead: {script} failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+        return None
+    return float(found.group(1))
+
+
+def _cmd_bench(args) -> int:
+    from .bench import LadderConfig, ladder_config, plan, run_ladder
+    from .device import preset, read_result, write_result
+
+    name = args.preset or preset()
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(LadderConfig)
+                 if getattr(args, f.name) is not None}
+    cfg = ladder_config(name, **overrides)  # validates: ValueError on a bad field
+    if args.dry_run:
+        print(plan(cfg))
+        return 0
+    out = args.out or f"book/results/ladder{'' if name == 'gpu' else '_cpu'}.json"
+    command = " ".join(["gputrain bench", f"--preset {name}", *(_flag_text(k, v) for k, v in overrides.items())])
+    result = run_ladder(cfg, out=out, command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(result.table())
+    print(f"model FLOPs per token 6N + 12LTC = {result.flops_per_token:,} (N = {result.n_params:,}); "
+          f"measured peak: {result.peak_measured_source}; wrote {out}")
+    if args.loop_overhead if args.loop_overhead is not None else name == "cpu":
+        ratio = _loop_overhead(args.loop_steps, args.loop_rounds)
+        if ratio is not None:
+            print(f"gputrain.train / plain PyTorch loop, tokens/s: {ratio:.3f}")
+            stored = read_result(out)
+            stored["data"]["loop_overhead_ratio"] = ratio
+            write_result(out, stored["data"], command=command + " --loop-overhead")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .train import TrainConfig
 
@@ -139,6 +197,24 @@ def build_parser() -> argparse.ArgumentParser:
                          help="starting configuration; the flags below override its fields")
     _add_config_flags(p_train, TrainConfig)
     p_train.set_defaults(func=_cmd_train)
+
+    from .bench import LadderConfig
+
+    p_bench = sub.add_parser("bench", help="the speed ladder: tokens/s, MFU and memory per optimization",
+                             description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
+                                         "torch.compile, a larger batch and a padded vocabulary, one change at "
+                                         "a time, on this machine; print a table and write JSON.")
+    p_bench.add_argument("--preset", choices=["cpu", "gpu"], default=None,
+                         help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's")
+    p_bench.add_argument("--out", default=None,
+                         help="JSON file (default: book/results/ladder.json, ladder_cpu.json on the cpu preset)")
+    p_bench.add_argument("--dry-run", action="store_true", help="print the plan (rungs, skips) and exit")
+    p_bench.add_argument("--loop-overhead", action=argparse.BooleanOptionalAction, default=None,
+                         help="also run bench/loop_overhead.py: gputrain.train vs a plain loop (default: on cpu)")
+    p_bench.add_argument("--loop-steps", type=int, default=150, help="steps per loop-overhead run (default: 150)")
+    p_bench.add_argument("--loop-rounds", type=int, default=5, help="loop-overhead rounds (default: 5)")
+    _add_config_flags(p_bench, LadderConfig)
+    p_bench.set_defaults(func=_cmd_bench)
     return parser
 
 

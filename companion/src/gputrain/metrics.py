@@ -11,7 +11,10 @@ added below without touching the rest:
   attention term) and :func:`train_flops_per_token` (three times that);
 * **measured** speed: :func:`median_seconds`, :func:`matmul_tflops` (against
   the datasheet peak from :func:`gputrain.device.peak_flops` on a GPU) and
-  :func:`copy_bandwidth`, the two roofs of a roofline plot.
+  :func:`copy_bandwidth`, the two roofs of a roofline plot;
+* **utilization**: :func:`gpt_train_flops_per_token`, :func:`mfu` against a
+  datasheet or a measured peak (:func:`peak_for_mfu`), and
+  :class:`ThroughputMeter` for tokens per second (appendix "Making it fast").
 
 A FLOP here is one floating-point add or multiply, so a multiply-add counts 2
 and an (m x k) @ (k x n) product costs 2mkn.
@@ -30,7 +33,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 from torch.utils._pytree import tree_leaves
 
-from .device import Timer, device, peak_flops, synchronize
+from .device import Timer, device, device_name, peak_flops, synchronize
 
 aten = torch.ops.aten
 
@@ -366,6 +369,116 @@ def copy_bandwidth(nbytes: int = 1 << 28, dev: Optional[torch.device] = None) ->
     dst = torch.empty_like(src)
     seconds = median_seconds(lambda: dst.copy_(src), dev=dev)
     return 2 * src.numel() * 4 / seconds
+
+
+# --- utilization: tokens per second and MFU ------------------------------------------
+# Model FLOPs utilization (MFU) is the rate at which a run does the model's own
+# arithmetic, divided by the chip's peak.  It counts what the model needs, not
+# what the kernels happen to do: recomputed activations and padded vocabulary
+# rows are not "model FLOPs" (PaLM, Chowdhery et al. 2022, appendix B).
+
+
+def gpt_train_flops_per_token(model: nn.Module, seq_len: Optional[int] = None) -> int:
+    """Training FLOPs per token of a :class:`gputrain.model.GPT`: ``6 N + 12 L T C``.
+
+    This is PaLM's appendix-B rule ``6N + 12 L H Q T`` (H heads of width Q, so
+    ``H Q = C``), with N the weights of the model's linear layers
+    (:func:`matmul_params`: the tied head once, embeddings lookups free) and
+    ``T = seq_len`` (default: the model's context).  The attention term counts
+    the full T x T score matrix, as PaLM does, even though a causal kernel
+    skips half of it.  Appendix "Making it fast".
+    """
+    cfg = model.cfg
+    return train_flops_per_token(matmul_params(model), cfg.n_layer, seq_len or cfg.block_size, cfg.n_embd)
+
+
+def tokens_per_second(tokens: int, seconds: float) -> float:
+    """Throughput of a measured block: ``tokens / seconds`` (one clear error for a zero or negative time)."""
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0 to compute a rate, got {seconds}; time at least one step")
+    return tokens / seconds
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak: Optional[float]) -> Optional[float]:
+    """Model FLOPs utilization: ``tokens_per_s * flops_per_token / peak`` (``None`` when no peak is known).
+
+    ``peak`` is in FLOP/s: the datasheet's (:func:`gputrain.device.peak_flops`)
+    or a measured one (:func:`measured_peak`); :func:`peak_for_mfu` picks.
+    """
+    if peak is None:
+        return None
+    if not peak > 0:
+        raise ValueError(f"peak must be a positive FLOP/s figure, got {peak}")
+    return tokens_per_s * flops_per_token / peak
+
+
+def measured_peak(dtypes: Sequence[str] = ("bf16",), sizes: Optional[Sequence[int]] = None,
+                  dev: Optional[torch.device] = None, target_seconds: float = 0.1) -> MatmulProbe:
+    """The fastest square matrix product of a small sweep: a measured stand-in for the peak.
+
+    On a GPU the default sizes are 4096 and 8192 (the bf16 product that gets
+    closest to the datasheet); on a CPU, which has no datasheet entry here,
+    256 and 512.  MFU against this peak says how close a run comes to what the
+    chip's best matrix product actually reaches.
+    """
+    dev = dev or device()
+    sizes = sizes or ((4096, 8192) if dev.type == "cuda" else (256, 512))
+    return max(matmul_sweep(sizes, dtypes, dev, target_seconds), key=lambda p: p.tflops)
+
+
+def peak_for_mfu(dtype: str = "bf16", measured: bool = False, dev: Optional[torch.device] = None
+                 ) -> tuple[Optional[float], str]:
+    """``(peak FLOP/s, where it comes from)`` for MFU: the datasheet's, or measured with ``measured=True``.
+
+    MFU is quoted against the dense BF16 peak whatever precision a run uses (it
+    is the chip's best training rate), so an fp32 run shows how much it leaves
+    unused.  A CPU has no datasheet entry: its peak is always measured.
+    """
+    dev = dev or device()
+    sheet = peak_flops(dtype) if dev.type == "cuda" else None
+    if sheet is not None and not measured:
+        return sheet, f"datasheet dense {dtype} peak of {device_name(dev)}"
+    if dev.type == "cpu":
+        probe = measured_peak(("fp32", "bf16") if dtype == "bf16" else (dtype,), dev=dev)
+    else:
+        probe = measured_peak((dtype,), dev=dev)
+    return probe.tflops * 1e12, f"measured: best {probe.dtype} {probe.n}x{probe.n}x{probe.n} product on {device_name(dev)}"
+
+
+class ThroughputMeter:
+    """Tokens per second of timed blocks of training steps: their median, GPU-correct.
+
+    Each :meth:`measure` block is timed with :class:`gputrain.device.Timer`
+    (CUDA events on a GPU, so queued kernels are waited for; ``perf_counter``
+    on a CPU)::
+
+        meter = ThroughputMeter()
+        with meter.measure(tokens=steps * batch * seq_len):
+            for _ in range(steps):
+                step()
+        meter.tokens_per_s
+    """
+
+    def __init__(self, dev: Optional[torch.device] = None):
+        self.dev = dev or device()
+        self.samples: list[tuple[int, float]] = []  # (tokens, seconds) per measured block
+
+    @contextlib.contextmanager
+    def measure(self, tokens: int):
+        with Timer(self.dev) as t:
+            yield t
+        self.samples.append((tokens, t.seconds))
+
+    @property
+    def rates(self) -> list[float]:
+        return [tokens_per_second(n, s) for n, s in self.samples]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Median rate over the measured blocks (robust to one block slowed by a busy neighbour)."""
+        if not self.samples:
+            raise ValueError("no block measured yet; wrap some steps in meter.measure(tokens)")
+        return statistics.median(self.rates)
 
 
 # --- loss spikes -----------------------------------------------------------------

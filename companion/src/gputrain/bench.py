@@ -1,0 +1,462 @@
+"""The speed ladder: one GPT trained faster and faster, one change at a time (appendix "Making it fast").
+
+Every rung keeps what the rungs before it switched on and adds one thing:
+
+====  ===========  ==================================================================
+ 1    fp32         float32 everywhere, a hand-written attention, AdamW's default step
+ 2    tf32         float32 matrix products on TF32 tensor cores (NVIDIA GPUs only)
+ 3    fused_adamw  AdamW's whole update in one fused kernel instead of one per operation
+ 4    bf16         bfloat16 autocast: matrix products in BF16, weights kept in FP32
+ 5    sdpa         ``F.scaled_dot_product_attention`` (flash attention) replaces it
+ 6    compile      ``torch.compile``: fused element-wise kernels, fewer launches
+ 7    batch        a larger batch: more work per launch and per optimizer step
+ 8    pad_vocab    the vocabulary padded to a multiple of 64 (50257 -> 50304)
+====  ===========  ==================================================================
+
+Same model (same seed, same shape), same data (the same batches in the same
+order), and the rungs are timed in alternating rounds (rung 1, 2, ..., 8,
+then again), so a neighbour's burst of load slows every rung a little instead
+of one rung a lot; each rung reports its median round.  ``gputrain bench``
+runs it from the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .device import device, device_name, synchronize, write_result
+from .metrics import ThroughputMeter, _fp32_matmul, cpu_threads, gpt_train_flops_per_token, mfu, peak_for_mfu
+from .model import GPT, CausalSelfAttention, GPTConfig
+
+# (name, what changes, why it can help) in ladder order.
+RUNGS: list[tuple[str, str, str]] = [
+    ("fp32", "fp32 baseline", "float32 everywhere, explicit softmax(QK^T/sqrt(d))V attention"),
+    ("tf32", "+ TF32 matmuls", "float32 products on tensor cores with a 10-bit mantissa"),
+    ("fused_adamw", "+ fused AdamW", "one kernel updates every parameter: fewer launches and passes over memory"),
+    ("bf16", "+ bf16 autocast", "16-bit products run on tensor cores at twice TF32's rate and move half the bytes"),
+    ("sdpa", "+ SDPA flash attention", "scores stay in on-chip SRAM: no T x T matrix written to memory"),
+    ("compile", "+ torch.compile", "element-wise chains fused into single kernels; less Python per step"),
+    ("batch", "+ larger batch", "more tokens per launch and per optimizer step: fixed costs amortized"),
+    ("pad_vocab", "+ vocab padded to 64", "a head matrix whose shape tiles evenly onto the tensor cores"),
+]
+RUNG_NAMES = tuple(name for name, _, _ in RUNGS)
+
+
+@dataclass(kw_only=True)
+class LadderConfig:
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 128  # width C of the residual stream
+    block_size: int = 128  # tokens per sequence T (every step trains on full windows)
+    vocab_size: int = 1000  # vocabulary before padding (GPT-2's 50257 is no multiple of 64 either)
+    batch_size: int = 8  # sequences per step up to the 'batch' rung
+    big_batch_size: int = 32  # sequences per step from the 'batch' rung on
+    pad_multiple: int = 64  # the 'pad_vocab' rung rounds vocab_size up to a multiple of this
+    steps: int = 3  # timed steps per rung in each round
+    rounds: int = 3  # alternating rounds; each rung reports its median round
+    warmup: int = 2  # untimed steps per rung before the rounds (the first one compiles)
+    compile: bool = True  # run the torch.compile rung (skipped on a CPU without a C compiler)
+    compile_scope: str = "model"  # 'model' compiles the whole GPT; 'blocks' each block (compiles faster)
+    threads: int = 0  # CPU threads for the run (0 keeps torch's setting)
+    max_seconds: float = 600.0  # wall-time cap: no rung starts after 3/4 of it, no round after it
+    measured_peak: bool = True  # also quote MFU against a measured matrix-product peak
+    rungs: str = "all"  # comma-separated rung names to run ('all': every rung)
+    lr: float = 3e-4  # AdamW learning rate
+    seed: int = 0  # seeds the weights and the choice of training windows
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "big_batch_size",
+                     "pad_multiple", "steps", "rounds", "warmup"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.compile_scope not in ("model", "blocks"):
+            raise ValueError(f"compile_scope must be 'model' or 'blocks', got {self.compile_scope!r}")
+        if self.threads < 0 or not self.max_seconds > 0:
+            raise ValueError("threads must be >= 0 and max_seconds > 0")
+        unknown = set(self.rung_list()) - set(RUNG_NAMES)
+        if unknown:
+            raise ValueError(f"unknown rung(s) {', '.join(sorted(unknown))}; use: {', '.join(RUNG_NAMES)}")
+
+    def rung_list(self) -> list[str]:
+        if self.rungs == "all":
+            return list(RUNG_NAMES)
+        return [r.strip() for r in self.rungs.split(",") if r.strip()]
+
+
+def cpu_ladder(**overrides) -> LadderConfig:
+    """A 1 M-parameter GPT on one CPU thread: the whole ladder in about a minute, compile excluded."""
+    base = dict(threads=1, compile_scope="blocks", max_seconds=180.0)
+    return LadderConfig(**{**base, **overrides})
+
+
+def gpu_ladder(**overrides) -> LadderConfig:
+    """GPT-2 small (12 x 768, T = 1024, 50257 tokens, 124 M parameters) on one GPU: a few minutes."""
+    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, batch_size=8,
+                big_batch_size=32, steps=5, rounds=3, warmup=3, max_seconds=240.0)
+    return LadderConfig(**{**base, **overrides})
+
+
+def ladder_config(preset_name: str, **overrides) -> LadderConfig:
+    """The ladder preset for ``'cpu'`` or ``'gpu'`` with ``overrides`` applied."""
+    presets = {"cpu": cpu_ladder, "gpu": gpu_ladder}
+    if preset_name not in presets:
+        raise ValueError(f"unknown ladder preset {preset_name!r}; use cpu or gpu")
+    return presets[preset_name](**overrides)
+
+
+def padded_vocab(vocab_size: int, multiple: int = 64) -> int:
+    """``vocab_size`` rounded up to a multiple of ``multiple``: 50257 -> 50304."""
+    return -(-vocab_size // multiple) * multiple
+
+
+# --- the hand-written attention the SDPA rung replaces ------------------------------------
+
+
+class HandWrittenAttention(nn.Module):
+    """Causal attention written out: ``softmax(Q K^T / sqrt(d) + mask) V``, every T x T matrix in memory.
+
+    It shares the ``qkv`` and ``proj`` layers of the :class:`CausalSelfAttention`
+    it replaces (same parameter names, same weights), so the two compute the
+    same function and only the kernels differ.
+    """
+
+    def __init__(self, attn: CausalSelfAttention, block_size: int):
+        super().__init__()
+        self.n_head, self.qkv, self.proj, self.resid_drop = attn.n_head, attn.qkv, attn.proj, attn.resid_drop
+        self.dropout = attn.dropout
+        mask = torch.ones(block_size, block_size, dtype=torch.bool, device=attn.qkv.weight.device).tril()
+        self.register_buffer("mask", mask, persistent=False)  # (T, T): True where a query may look
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, T): written to memory
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # no looking ahead
+        weights = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.training)  # (B, H, T, T) again
+        y = (weights @ v).transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_drop(self.proj(y))
+
+
+def use_hand_written_attention(model: GPT) -> GPT:
+    """Swap every block's SDPA attention for :class:`HandWrittenAttention`, in place, from outside the model."""
+    for block in model.blocks:
+        if isinstance(block.attn, CausalSelfAttention):
+            block.attn = HandWrittenAttention(block.attn, model.cfg.block_size)
+    return model
+
+
+# --- one rung -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a rung switches on (cumulative along the ladder)."""
+
+    tf32: bool = False
+    fused_adamw: bool = False
+    bf16: bool = False
+    sdpa: bool = False
+    compile: bool = False
+    batch: bool = False
+    pad_vocab: bool = False
+
+
+def has_c_compiler() -> bool:
+    """torch.compile on a CPU writes C++ and needs a compiler to build it."""
+    return any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++", "g++"))
+
+
+def skip_reason(name: str, cfg: LadderConfig, dev: torch.device) -> Optional[str]:
+    """Why a rung cannot run here (``None`` when it can)."""
+    cuda = dev.type == "cuda"
+    if name not in cfg.rung_list():
+        return "not selected (--rungs)"
+    if name == "tf32" and not cuda:
+        return "TF32 is a mode of NVIDIA tensor cores; a CPU has none"
+    if name == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        return "this GPU has no bf16 (Ampere or newer needed)"
+    if name == "compile" and not cfg.compile:
+        return "left out (--no-compile)"
+    if name == "compile" and not cuda and not has_c_compiler():
+        return "torch.compile on a CPU needs a C compiler; none on PATH"
+    if name == "fused_adamw":
+        try:
+            torch.optim.AdamW([torch.zeros(1, device=dev, requires_grad=True)], fused=True)
+        except (RuntimeError, ValueError) as exc:
+            return f"fused AdamW not available here ({str(exc).splitlines()[0]})"
+    return None
+
+
+class Batches:
+    """The same training windows for every rung: batch ``i`` is always the same ``(x, y)``.
+
+    Windows of the stdlib text (bytes as token ids) at seeded random offsets,
+    already on the device; rungs with a smaller batch use the first rows.
+    """
+
+    def __init__(self, cfg: LadderConfig, dev: torch.device, n_batches: int = 4):
+        from .data import python_corpus
+
+        T, B = cfg.block_size, cfg.big_batch_size
+        text = python_corpus(max_bytes=max(100_000, 4 * (T + 1)))
+        tokens = torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()  # (N,)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        starts = torch.randint(0, len(tokens) - T - 1, (n_batches, B), generator=gen)  # (n, B)
+        windows = tokens[starts[..., None] + torch.arange(T + 1)] % cfg.vocab_size  # (n, B, T + 1)
+        self.x, self.y = windows[..., :-1].to(dev), windows[..., 1:].to(dev)  # (n, B, T) each
+
+    def get(self, i: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        j = i % len(self.x)
+        return self.x[j, :batch_size], self.y[j, :batch_size]  # (B, T) each
+
+
+class Rung:
+    """A model, an optimizer and a step, built the way one rung of the ladder says."""
+
+    def __init__(self, name: str, recipe: Recipe, cfg: LadderConfig, data: Batches, dev: torch.device):
+        self.name, self.recipe, self.data, self.dev = name, recipe, data, dev
+        self.batch_size = cfg.big_batch_size if recipe.batch else cfg.batch_size
+        self.vocab_size = padded_vocab(cfg.vocab_size, cfg.pad_multiple) if recipe.pad_vocab else cfg.vocab_size
+        torch.manual_seed(cfg.seed)  # same initial weights on every rung
+        gcfg = GPTConfig(vocab_size=self.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                         n_head=cfg.n_head, n_embd=cfg.n_embd)
+        model = GPT(gcfg).to(dev)
+        if not recipe.sdpa:
+            use_hand_written_attention(model)
+        kwargs = {"fused": True} if recipe.fused_adamw else {}
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), **kwargs)
+        self.raw = model
+        if recipe.compile and cfg.compile_scope == "blocks":
+            for block in model.blocks:
+                block.compile(dynamic=False)  # one compiled graph serves every block of this shape
+        elif recipe.compile:
+            model = torch.compile(model, dynamic=False)  # static shapes: each rung its own kernels
+        self.model = model
+        self.steps_done = 0
+        self.losses: list[float] = []
+
+    def context(self):
+        """Precision switches for this rung's step (set per step: rungs alternate)."""
+        stack = contextlib.ExitStack()
+        if self.dev.type == "cuda":
+            stack.enter_context(_fp32_matmul("tf32" if self.recipe.tf32 else "ieee"))
+        return stack
+
+    def step(self) -> torch.Tensor:
+        x, y = self.data.get(self.steps_done, self.batch_size)  # (B, T) each
+        with self.context():
+            with torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.recipe.bf16):
+                _, loss = self.model(x, y)
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps_done += 1
+        return loss.detach()
+
+    def state_bytes(self) -> int:
+        """Bytes of the parameters and optimizer states this rung holds between steps."""
+        from .memory import tensor_bytes
+
+        states = [t for s in self.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        return tensor_bytes(list(self.raw.parameters()) + states)
+
+    def cpu_peak_bytes(self) -> Optional[int]:
+        """Most bytes allocated at once during one step, counted tensor by tensor (eager rungs on a CPU)."""
+        from .memory import measure_step
+
+        if self.recipe.compile:
+            return None  # compiled kernels allocate outside the dispatcher the tracker watches
+        x, y = self.data.get(self.steps_done, self.batch_size)
+        self.steps_done += 1
+        return measure_step(self.raw, self.optimizer, x, y, torch.bfloat16 if self.recipe.bf16 else None)["peak"]
+
+
+# --- the ladder -----------------------------------------------------------------------------
+
+
+@dataclass
+class LadderResult:
+    """What :func:`run_ladder` measured: one row per rung, plus where and against which peaks."""
+
+    config: dict
+    device: str
+    device_type: str
+    flops_per_token: int  # 6N + 12LTC of the unpadded model (PaLM appendix B)
+    n_params: int  # N: weights of the linear layers, tied head once
+    peak_datasheet: Optional[float]  # FLOP/s, dense bf16 (None on a CPU)
+    peak_measured: Optional[float]  # FLOP/s, best matrix product measured here
+    peak_measured_source: str
+    threads: int
+    rows: list[dict] = field(default_factory=list)
+    rounds_done: int = 0
+    seconds_total: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def measured_rows(self) -> list[dict]:
+        return [r for r in self.rows if r.get("tokens_per_s")]
+
+    def row(self, name: str) -> dict:
+        return next(r for r in self.rows if r["rung"] == name)
+
+    def table(self) -> str:
+        """The ladder as a text table: tokens/s, speed-up over the baseline, MFU, peak memory."""
+        base = next((r["tokens_per_s"] for r in self.measured_rows()), None)
+        lines = [f"{'rung':<24} {'tokens/s':>12} {'x base':>7} {'MFU':>7} {'MFU meas.':>9} {'peak mem':>10}  note"]
+        for r in self.rows:
+            if not r.get("tokens_per_s"):
+                lines.append(f"{r['label']:<24} {'-':>12} {'':>7} {'':>7} {'':>9} {'':>10}  skipped: {r['skipped']}")
+                continue
+            pct = lambda v: f"{v:7.1%}" if v is not None else f"{'n/a':>7}"  # noqa: E731
+            mem = _bytes_text(r.get("peak_memory_bytes"))
+            note = f"compile {r['compile_seconds']:.1f} s" if r.get("compile_seconds") is not None else ""
+            lines.append(f"{r['label']:<24} {r['tokens_per_s']:12,.0f} {r['tokens_per_s'] / base:6.2f}x "
+                         f"{pct(r['mfu'])} {pct(r['mfu_measured']):>9} {mem}  {note}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _bytes_text(n: Optional[int]) -> str:
+    if not n:
+        return f"{'n/a':>10}"
+    return f"{n / 2**30:7.2f} GiB" if n >= 2**30 else f"{n / 2**20:7.1f} MiB"
+
+
+def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, command: str = "",
+               log: Callable[[str], None] = print) -> LadderResult:
+    """Build every rung, warm each up, time them in alternating rounds, and return the table's data.
+
+    With ``out`` the result is written (via :func:`gputrain.device.write_result`)
+    after the warm-up and after every round, so a run cut short still leaves
+    what it measured.  Appendix "Making it fast" explains each rung.
+    """
+    dev = dev or device()
+    t_start = time.perf_counter()
+    threads = contextlib.nullcontext() if not cfg.threads or dev.type != "cpu" else cpu_threads(cfg.threads)
+    with threads:
+        with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
+            shape = GPT(GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                                  n_head=cfg.n_head, n_embd=cfg.n_embd))
+        from .metrics import matmul_params
+
+        sheet, _ = peak_for_mfu("bf16", dev=dev) if dev.type == "cuda" else (None, "")
+        measured, source = peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None \
+            else (None, "")
+        result = LadderResult(config=dataclasses.asdict(cfg), device=device_name(dev), device_type=dev.type,
+                              flops_per_token=gpt_train_flops_per_token(shape), n_params=matmul_params(shape),
+                              peak_datasheet=sheet if dev.type == "cuda" else None, peak_measured=measured,
+                              peak_measured_source=source, threads=torch.get_num_threads())
+        save = (lambda: write_result(out, result.to_dict(), command=command)) if out else (lambda: None)
+        data = Batches(cfg, dev)
+        recipe, rungs = Recipe(), []
+        for name, label, why in RUNGS:
+            row = {"rung": name, "label": label, "why": why, "skipped": skip_reason(name, cfg, dev)}
+            # a rung starts only in the first three quarters of the cap: the rounds need the rest
+            if row["skipped"] is None and rungs and time.perf_counter() - t_start > 0.75 * cfg.max_seconds:
+                row["skipped"] = f"not run: the {cfg.max_seconds:.0f} s time cap was near"
+            if row["skipped"] is None:
+                recipe = dataclasses.replace(recipe, **{name: True}) if name != "fp32" else recipe
+                log(f"warming up {label} ...")
+                rung = Rung(name, recipe, cfg, data, dev)
+                row.update(_warm_up(rung, cfg))
+                rungs.append((rung, row))
+            row["settings"] = dataclasses.asdict(recipe)
+            result.rows.append(row)
+            save()  # a run cut short (a compile too slow for a deadline) keeps the warm-ups so far
+        meters = {rung.name: ThroughputMeter(dev) for rung, _ in rungs}
+        peaks: dict[str, list[int]] = {rung.name: [] for rung, _ in rungs}
+        last_round = 0.0
+        for r in range(cfg.rounds):
+            elapsed = time.perf_counter() - t_start
+            if r and elapsed + last_round > cfg.max_seconds:
+                result.notes.append(f"stopped after {r} of {cfg.rounds} rounds: the {cfg.max_seconds:.0f} s cap")
+                break
+            t_round = time.perf_counter()
+            for rung, row in rungs:
+                peaks[rung.name].append(_timed_round(rung, cfg, meters[rung.name]))
+            last_round = time.perf_counter() - t_round
+            result.rounds_done = r + 1
+            _fill_rows(result, rungs, meters, peaks, cfg)
+            result.seconds_total = time.perf_counter() - t_start
+            save()
+            log(f"round {r + 1}/{cfg.rounds} done in {last_round:.1f} s")
+        if dev.type == "cpu":  # no allocator statistics on a CPU: count one step's tensors instead
+            for rung, row in rungs:
+                row["peak_memory_bytes"] = rung.cpu_peak_bytes()
+        for rung, row in rungs:
+            row["last_loss"] = rung.losses[-1] if rung.losses else None
+        result.seconds_total = time.perf_counter() - t_start
+        save()
+    return result
+
+
+def _warm_up(rung: Rung, cfg: LadderConfig) -> dict:
+    """Untimed steps; the first one's extra time is the compile (and first-call) cost."""
+    times, first_loss = [], None
+    for i in range(cfg.warmup + (1 if rung.recipe.compile else 0)):
+        synchronize(rung.dev)
+        t0 = time.perf_counter()
+        loss = rung.step()
+        value = loss.item()  # waits for the step
+        times.append(time.perf_counter() - t0)
+        if i == 0:
+            first_loss = value
+    steady = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    return {"batch_size": rung.batch_size, "vocab_size": rung.vocab_size, "first_loss": first_loss,
+            "first_step_seconds": times[0],
+            "compile_seconds": max(times[0] - steady, 0.0) if rung.recipe.compile else None}
+
+
+def _timed_round(rung: Rung, cfg: LadderConfig, meter: ThroughputMeter) -> int:
+    """``cfg.steps`` timed steps of one rung; returns its peak memory in bytes (0 on a CPU)."""
+    cuda = rung.dev.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(rung.dev)
+        base = torch.cuda.memory_allocated(rung.dev)
+        torch.cuda.reset_peak_memory_stats(rung.dev)
+    tokens = cfg.steps * rung.batch_size * cfg.block_size
+    with meter.measure(tokens):
+        for _ in range(cfg.steps):
+            loss = rung.step()
+    rung.losses.append(loss.item())
+    if not cuda:
+        return 0
+    # the allocator's peak counts every rung's resident weights: keep only this rung's own
+    return torch.cuda.max_memory_allocated(rung.dev) - base + rung.state_bytes()
+
+
+def _fill_rows(result: LadderResult, rungs, meters, peaks, cfg: LadderConfig) -> None:
+    for rung, row in rungs:
+        tps = meters[rung.name].tokens_per_s
+        row.update(tokens_per_s=tps, rounds_tokens_per_s=meters[rung.name].rates,
+                   step_seconds=rung.batch_size * cfg.block_size / tps,
+                   mfu=mfu(tps, result.flops_per_token, result.peak_datasheet),
+                   mfu_measured=mfu(tps, result.flops_per_token, result.peak_measured),
+                   peak_memory_bytes=max(peaks[rung.name]) or None)
+
+
+def plan(cfg: LadderConfig, dev: Optional[torch.device] = None) -> str:
+    """What :func:`run_ladder` would do here, without running anything (``gputrain bench --dry-run``)."""
+    dev = dev or device()
+    lines = [f"speed ladder on {device_name(dev)} ({dev.type}): GPT {cfg.n_layer} x "
+             f"{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, vocab {cfg.vocab_size}; "
+             f"{cfg.warmup} warm-up + {cfg.rounds} rounds x {cfg.steps} steps per rung, cap {cfg.max_seconds:.0f} s"]
+    for i, (name, label, why) in enumerate(RUNGS, 1):
+        skip = skip_reason(name, cfg, dev)
+        lines.append(f"{i}. {label:<24} {'SKIP: ' + skip if skip else why}")
+    return "\n".join(lines)

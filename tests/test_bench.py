@@ -1,0 +1,169 @@
+"""gputrain.bench: the hand-written attention against SDPA, the ladder's rules, its table, JSON and CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gputrain.bench import (RUNG_NAMES, Batches, HandWrittenAttention, LadderConfig, cpu_ladder, gpu_ladder,
+                            padded_vocab, plan, run_ladder, skip_reason, use_hand_written_attention)
+from gputrain.cli import main
+from gputrain.device import read_result
+from gputrain.model import GPT, GPTConfig
+
+TINY = dict(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=300, batch_size=4, big_batch_size=8,
+            steps=2, rounds=2, warmup=1, compile=False)
+
+
+def test_hand_written_attention_matches_sdpa_values_and_gradients():
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=101, block_size=48, n_layer=2, n_head=4, n_embd=64)
+    ref = GPT(cfg)
+    ours = GPT(cfg)
+    ours.load_state_dict(ref.state_dict())
+    use_hand_written_attention(ours)
+    assert all(isinstance(b.attn, HandWrittenAttention) for b in ours.blocks)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]  # same names
+    idx = torch.randint(0, 101, (3, 40))  # shorter than the context: the mask is cropped
+    _, loss_ref = ref(idx, idx)
+    _, loss_ours = ours(idx, idx)
+    torch.testing.assert_close(loss_ours, loss_ref)
+    loss_ref.backward()
+    loss_ours.backward()
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+def test_padded_vocab_and_config_errors():
+    assert padded_vocab(50257) == 50304 and padded_vocab(64) == 64 and padded_vocab(1000) == 1024
+    assert gpu_ladder().vocab_size == 50257 and gpu_ladder().n_embd == 768 and gpu_ladder().block_size == 1024
+    with pytest.raises(ValueError, match="unknown rung"):
+        LadderConfig(rungs="fp32,warp_speed")
+    with pytest.raises(ValueError, match="compile_scope"):
+        LadderConfig(compile_scope="everything")
+    with pytest.raises(ValueError, match="divisible"):
+        LadderConfig(n_embd=100, n_head=3)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        LadderConfig(steps=0)
+
+
+def test_skips_on_a_cpu_say_why():
+    cpu = torch.device("cpu")
+    cfg = cpu_ladder(compile=False, rungs="fp32,tf32,bf16,compile")
+    assert "tensor cores" in skip_reason("tf32", cfg, cpu)
+    assert skip_reason("compile", cfg, cpu) == "left out (--no-compile)"
+    assert skip_reason("sdpa", cfg, cpu) == "not selected (--rungs)"
+    assert skip_reason("bf16", cfg, cpu) is None
+    text = plan(cfg, cpu)
+    assert text.count("SKIP") == 6 and len(text.splitlines()) == 1 + len(RUNG_NAMES)
+
+
+def test_every_rung_sees_the_same_batches():
+    cfg = LadderConfig(**TINY)
+    a, b = Batches(cfg, torch.device("cpu")), Batches(cfg, torch.device("cpu"))
+    for i in range(6):
+        xa, ya = a.get(i, cfg.batch_size)
+        xb, yb = b.get(i, cfg.big_batch_size)
+        assert torch.equal(xa, xb[: cfg.batch_size]) and torch.equal(ya[:, :-1], xa[:, 1:])
+        assert xa.shape == (cfg.batch_size, cfg.block_size)
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ladder") / "ladder.json"
+    result = run_ladder(LadderConfig(**TINY), torch.device("cpu"), out=out, command="pytest", log=lambda m: None)
+    return result, out
+
+
+def test_ladder_rows_are_cumulative_and_skips_are_explained(ladder):
+    result, _ = ladder
+    assert [r["rung"] for r in result.rows] == list(RUNG_NAMES)
+    measured = [r for r in result.rows if r["skipped"] is None]
+    assert [r["rung"] for r in measured] == ["fp32", "fused_adamw", "bf16", "sdpa", "batch", "pad_vocab"]
+    on = [sum(r["settings"].values()) for r in measured]
+    assert on == sorted(on) and on[0] == 0 and on[-1] == len(measured) - 1  # one more switch per rung
+    assert "tokens_per_s" not in result.row("tf32") and "tokens_per_s" not in result.row("compile")
+    assert result.row("batch")["batch_size"] == TINY["big_batch_size"]
+    assert result.row("pad_vocab")["vocab_size"] == 320 and result.row("sdpa")["vocab_size"] == 300
+    assert result.rounds_done == 2
+
+
+def test_rungs_train_the_same_model_on_the_same_data(ladder):
+    result, _ = ladder
+    first = {r["rung"]: r["first_loss"] for r in result.rows if r["skipped"] is None}
+    assert first["fused_adamw"] == first["fp32"]  # the first loss comes before any optimizer step
+    assert first["bf16"] == pytest.approx(first["fp32"], abs=0.05)  # bf16 rounding, same function
+    assert first["sdpa"] == pytest.approx(first["bf16"], abs=0.05)  # another kernel, same function
+    for r in result.rows:
+        if r["skipped"] is None:
+            assert r["last_loss"] < r["first_loss"]  # every rung actually trains
+
+
+def test_mfu_and_memory_follow_from_the_measurements(ladder):
+    result, _ = ladder
+    assert result.peak_datasheet is None and result.peak_measured > 0  # a CPU has no datasheet peak here
+    for r in result.measured_rows():
+        assert r["tokens_per_s"] > 0 and len(r["rounds_tokens_per_s"]) == 2
+        assert r["mfu"] is None
+        assert r["mfu_measured"] == pytest.approx(r["tokens_per_s"] * result.flops_per_token / result.peak_measured)
+    # flash attention keeps no (B, H, T, T) matrices: counted peak below the hand-written bf16 rung's
+    assert result.row("sdpa")["peak_memory_bytes"] < result.row("bf16")["peak_memory_bytes"]
+    table = result.table()
+    assert "+ SDPA flash attention" in table and "skipped: TF32" in table and "MFU" in table
+
+
+def test_ladder_json_has_provenance_and_rows(ladder):
+    result, out = ladder
+    stored = read_result(out)
+    assert stored["provenance"]["command"] == "pytest" and stored["provenance"]["torch"] == torch.__version__
+    assert [r["rung"] for r in stored["data"]["rows"]] == list(RUNG_NAMES)
+    assert stored["data"]["flops_per_token"] == result.flops_per_token
+
+
+def test_time_cap_drops_later_rungs_but_keeps_one_round():
+    cfg = LadderConfig(**{**TINY, "rounds": 5, "max_seconds": 1e-3, "rungs": "fp32,sdpa"})
+    result = run_ladder(cfg, torch.device("cpu"), log=lambda m: None)
+    assert result.row("fp32")["skipped"] is None and result.rounds_done == 1
+    assert "time cap" in result.row("sdpa")["skipped"]
+    assert any("stopped after 1 of 5 rounds" in n for n in result.notes)
+
+
+def test_cli_bench_dry_run_and_bad_flag():
+    env = {**os.environ, "GPUTRAIN_PRESET": "cpu"}
+    out = subprocess.run([sys.executable, "-m", "gputrain", "bench", "--dry-run", "--preset", "gpu"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "12 x 768" in out.stdout and "SKIP: TF32" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "gputrain", "bench", "--compile-scope", "all"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "compile_scope" in bad.stderr
+
+
+def test_cli_bench_writes_the_table_and_json(tmp_path, capsys):
+    out = tmp_path / "ladder.json"
+    flags = ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "2", "--big-batch-size",
+             "4", "--steps", "1", "--rounds", "1", "--warmup", "1", "--rungs", "fp32,bf16", "--no-measured-peak"]
+    code = main(["bench", "--preset", "cpu", "--out", str(out), "--no-loop-overhead", *flags])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "fp32 baseline" in printed and "+ bf16 autocast" in printed and "6N + 12LTC" in printed
+    stored = json.loads(out.read_text())
+    assert stored["provenance"]["command"].startswith("gputrain bench --preset cpu --n-layer 1")
+    assert stored["data"]["threads"] == 1 and stored["data"]["rounds_done"] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_ladder_rungs_buy_speed_and_memory():
+    cfg = LadderConfig(n_layer=4, n_head=8, n_embd=512, block_size=512, vocab_size=1000, batch_size=8,
+                       big_batch_size=16, steps=3, rounds=2, warmup=2, compile=False)
+    result = run_ladder(cfg, log=lambda m: None)
+    assert result.peak_datasheet is not None, "add this GPU to gputrain.device.PEAK_FLOPS"
+    assert all(r["skipped"] is None for r in result.rows if r["rung"] != "compile")
+    fp32, tf32, bf16, sdpa = (result.row(n) for n in ("fp32", "tf32", "bf16", "sdpa"))
+    assert tf32["tokens_per_s"] > 1.3 * fp32["tokens_per_s"]  # tensor cores, asked for
+    assert bf16["tokens_per_s"] > 1.3 * fp32["tokens_per_s"]
+    assert sdpa["peak_memory_bytes"] < bf16["peak_memory_bytes"]  # no T x T matrices kept
+    assert 0 < result.row("pad_vocab")["mfu"] < 1

@@ -157,7 +157,7 @@ def test_cli_bench_writes_the_table_and_json(tmp_path, capsys):
 
 @pytest.mark.gpu
 def test_gpu_ladder_rungs_buy_speed_and_memory():
-    cfg = LadderConfig(n_layer=4, n_head=8, n_embd=512, block_size=512, vocab_size=1000, batch_size=8,
+    cfg = LadderConfig(n_layer=4, n_head=12, n_embd=768, block_size=512, vocab_size=1000, batch_size=8,
                        big_batch_size=16, steps=3, rounds=2, warmup=2, compile=False)
     result = run_ladder(cfg, log=lambda m: None)
     assert result.peak_datasheet is not None, "add this GPU to gputrain.device.PEAK_FLOPS"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gputrain.metrics import (ThroughputMeter, count_flops, gpt_train_flops_per_token, matmul_params,
+from gputrain.metrics import (ThroughputMeter, count_flops, count_ops, gpt_train_flops_per_token, matmul_params,
                               measured_peak, mfu, peak_for_mfu, tokens_per_second)
 from gputrain.model import GPT, GPTConfig
 
@@ -70,6 +70,33 @@ def test_throughput_meter_takes_the_median_of_timed_blocks():
     assert len(meter.rates) == 3
     assert meter.tokens_per_s <= 1000 / 0.02  # sleep never returns early
     assert meter.tokens_per_s > 1000 / 0.3  # the median ignores the slow block
+
+
+def test_count_ops_counts_calls_and_bytes_read_and_written():
+    x = torch.randn(10)  # 40 bytes
+    assert count_ops(torch.add, x, x).bytes_moved == 40 + 40 + 40  # two reads, one fresh output
+    inplace = count_ops(lambda: x.add_(1))
+    assert inplace.calls == {"aten.add_": 1} and inplace.bytes_moved == 40 + 40  # read, then written back
+
+
+def test_fused_adamw_is_one_operator_and_fewer_bytes():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    params = list(model.parameters())
+    n_bytes = sum(p.numel() * 4 for p in params)
+    counts = {}
+    for name, kwargs in (("loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
+        opt = torch.optim.AdamW(params, **kwargs)
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()  # creates the moment buffers
+        counts[name] = count_ops(opt.step)
+    assert counts["fused"].calls.get("aten._fused_adamw_") == 1
+    assert counts["fused"].total < counts["foreach"].total < counts["loop"].total
+    assert counts["loop"].total > 8 * len(params)  # several operators per parameter tensor
+    # p, g, m, v read and written by one kernel: 8 words per weight, against one pass per operator
+    assert counts["fused"].bytes_moved == pytest.approx(8 * n_bytes, rel=0.01)
+    assert counts["loop"].bytes_moved > 2 * counts["fused"].bytes_moved
 
 
 @pytest.mark.gpu

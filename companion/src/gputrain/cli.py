@@ -106,8 +106,11 @@ def _flag_text(name: str, value) -> str:
     return f"{flag} {value}"
 
 
-def _loop_overhead(steps: int, rounds: int) -> Optional[float]:
-    """Run bench/loop_overhead.py (gputrain.train against a plain loop) and return its ratio of medians."""
+def _loop_overhead(steps: int, rounds: int, threads: int = 0) -> Optional[float]:
+    """Run bench/loop_overhead.py (gputrain.train against a plain loop) and return its ratio of medians.
+
+    ``threads`` > 0 pins both loops to that many CPU threads (OMP_NUM_THREADS), as the ladder does.
+    """
     import os
     import subprocess
     from pathlib import Path
@@ -120,6 +123,8 @@ def _loop_overhead(steps: int, rounds: int) -> Optional[float]:
         return None
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parents[1]),
                                                                     os.environ.get("PYTHONPATH", "")]))}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.run([sys.executable, str(script), "--steps", str(steps), "--rounds", str(rounds)],
                           capture_output=True, text=True, env=env)
     print(proc.stdout, end="")
@@ -148,12 +153,14 @@ def _cmd_bench(args) -> int:
     print(f"model FLOPs per token 6N + 12LTC = {result.flops_per_token:,} (N = {result.n_params:,}); "
           f"measured peak: {result.peak_measured_source}; wrote {out}")
     if args.loop_overhead if args.loop_overhead is not None else name == "cpu":
-        ratio = _loop_overhead(args.loop_steps, args.loop_rounds)
+        ratio = _loop_overhead(args.loop_steps, args.loop_rounds, cfg.threads)
         if ratio is not None:
             print(f"gputrain.train / plain PyTorch loop, tokens/s: {ratio:.3f}")
             stored = read_result(out)
-            stored["data"]["loop_overhead_ratio"] = ratio
-            write_result(out, stored["data"], command=command + " --loop-overhead")
+            stored["data"]["loop_overhead"] = {"ratio": ratio, "steps": args.loop_steps, "rounds": args.loop_rounds,
+                                               "threads": cfg.threads or None}
+            write_result(out, stored["data"], command=command + f" --loop-overhead --loop-steps {args.loop_steps} "
+                                                                f"--loop-rounds {args.loop_rounds}")
     return 0
 
 

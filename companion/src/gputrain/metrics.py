@@ -14,7 +14,8 @@ added below without touching the rest:
   :func:`copy_bandwidth`, the two roofs of a roofline plot;
 * **utilization**: :func:`gpt_train_flops_per_token`, :func:`mfu` against a
   datasheet or a measured peak (:func:`peak_for_mfu`), and
-  :class:`ThroughputMeter` for tokens per second (appendix "Making it fast").
+  :class:`ThroughputMeter` for tokens per second, :func:`count_ops` for kernel
+  launches and bytes moved (appendix "Making it fast").
 
 A FLOP here is one floating-point add or multiply, so a multiply-add counts 2
 and an (m x k) @ (k x n) product costs 2mkn.
@@ -479,6 +480,56 @@ class ThroughputMeter:
         if not self.samples:
             raise ValueError("no block measured yet; wrap some steps in meter.measure(tokens)")
         return statistics.median(self.rates)
+
+
+@dataclass
+class OpCount:
+    """Operator calls of one function and the bytes they touch (appendix "Making it fast")."""
+
+    calls: dict[str, int]  # "aten._foreach_mul_" -> calls
+    bytes_moved: int  # inputs read + outputs and in-place updates written: memory traffic if nothing stays in cache
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def count_ops(fn: Callable, *args, **kwargs) -> OpCount:
+    """Count the ``aten`` operators ``fn(*args, **kwargs)`` runs, and the bytes they read and write.
+
+    In eager PyTorch each operator call is at least one kernel launch on a GPU
+    and one pass over its operands in memory, so the count measures launch
+    overhead and the bytes measure traffic.  Fusion (a fused optimizer,
+    ``torch.compile``) shows up as fewer calls touching fewer bytes.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: dict[str, int] = {}
+    moved = [0]
+
+    def nbytes(obj) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
+
+    class Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = str(func.overloadpacket).replace("::", ".")
+            if not name.startswith("aten."):  # profiler markers and the like launch nothing
+                return out
+            calls[name] = calls.get(name, 0) + 1
+            schema = func._schema
+            written = [a for a, arg in zip(args, schema.arguments) if arg.alias_info and arg.alias_info.is_write]
+            written += [kwargs[arg.name] for arg in schema.arguments
+                        if arg.name in kwargs and arg.alias_info and arg.alias_info.is_write]
+            fresh = [o for o, ret in zip(out if isinstance(out, tuple) else (out,), schema.returns)
+                     if ret.alias_info is None]  # outputs that are not one of the inputs, updated in place
+            moved[0] += nbytes((args, kwargs)) + nbytes(written) + nbytes(fresh)  # every input read once
+            return out
+
+    with Counter():
+        fn(*args, **kwargs)
+    return OpCount(calls=dict(sorted(calls.items(), key=lambda kv: -kv[1])), bytes_moved=moved[0])
 
 
 # --- loss spikes -----------------------------------------------------------------

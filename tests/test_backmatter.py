@@ -1,0 +1,389 @@
+"""The book's back matter: glossary, bibliography, fact check, API page, "Running at scale".
+
+Each test reads the pages as a reader would use them and checks what a
+build with warnings as errors cannot: that every glossary entry carries the
+seeds' Chinese terms and names its chapter, that the bibliography holds no
+uncited work (its page lists ``:all:`` entries), that every fact-check claim
+has an allowed verdict and a link to the chapter section or the source that
+decides it and that its arithmetic is right, that the API page documents
+every public name of every ``gputrain`` module, and that every command and
+configuration file in "Running at scale" is accepted by the real launcher,
+Accelerate's own configuration loader and ``gputrain``'s own parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import inspect
+import json
+import math
+import os
+import pkgutil
+import posixpath
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+SEEDS = Path("/work/shared/seeds")  # not shipped with the repository: checks that need it skip without it
+
+CJK = re.compile(r"[\u3400-\u9fff]")
+TERM = re.compile(r"\{term\}`([^`\n]+)`")
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`\n]+)`")
+
+
+# --- reading the book ------------------------------------------------------------
+
+
+def markdown_of(path: Path) -> str:
+    """The prose of a page: a MyST file as it is, a notebook's markdown cells joined."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return path.read_text(encoding="utf-8")
+
+
+def pages() -> dict[str, str]:
+    """Every page of the book's table of contents, by path relative to the root."""
+    found = {}
+    for entry in re.findall(r"file:\s*(\S+)", (ROOT / "_toc.yml").read_text(encoding="utf-8")):
+        for suffix in (".md", ".ipynb"):
+            path = ROOT / f"{entry}{suffix}"
+            if path.exists():
+                found[f"{entry}{suffix}"] = markdown_of(path)
+    found["book/intro.md"] = markdown_of(BOOK / "intro.md")
+    return found
+
+
+def glossary() -> dict[str, str]:
+    """Glossary term -> its definition (the indented lines below it)."""
+    text = (BOOK / "glossary.md").read_text(encoding="utf-8")
+    block = text.split("```{glossary}", 1)[1].split("\n```", 1)[0]
+    entries: dict[str, str] = {}
+    term = None
+    for line in block.splitlines():
+        if not line.strip() or line.startswith(":"):
+            continue
+        if line[0].isspace():
+            assert term, f"definition line before any term: {line!r}"
+            entries[term] += " " + line.strip()
+        else:
+            term = line.strip()
+            assert term.lower() not in {t.lower() for t in entries}, f"glossary term {term!r} appears twice"
+            entries[term] = ""
+    return entries
+
+
+def bib_keys() -> list[str]:
+    return re.findall(r"^@\w+\{\s*([^,\s]+)\s*,", (BOOK / "references.bib").read_text(encoding="utf-8"), re.M)
+
+
+def cited(text: str) -> set[str]:
+    return {k.strip() for group in CITE.findall(text) for k in group.split(",")}
+
+
+def headings(path: Path) -> set[str]:
+    """Section titles of a page, without the leading #'s."""
+    return {m.strip() for m in re.findall(r"^#+\s+(.+)$", markdown_of(path), re.M)}
+
+
+# --- glossary --------------------------------------------------------------------
+
+
+def test_glossary_has_sixty_terms_with_the_seeds_chinese_and_a_chapter():
+    entries = glossary()
+    assert len(entries) >= 60, f"only {len(entries)} glossary terms"
+    for term, definition in entries.items():
+        first = re.split(r"(?<!e\.g)\.\s+(?=[A-Z$])", definition.strip(), maxsplit=1)[0]
+        assert CJK.search(first), f"{term!r}: the definition must start with the Chinese terms: {first!r}"
+        assert re.search(r"[Cc]hapters? \d|appendix|[Ii]ntroduction", definition), \
+            f"{term!r}: the definition names no chapter"
+
+
+def test_every_term_link_in_the_book_has_a_glossary_entry():
+    known = {t.lower() for t in glossary()}
+    missing = []
+    for name, text in pages().items():
+        for raw in TERM.findall(text):
+            target = re.search(r"<([^>]+)>\s*$", raw)
+            term = (target.group(1) if target else raw).strip()
+            if term.lower() not in known:
+                missing.append(f"{name}: {term}")
+    assert not missing, "terms linked but not in book/glossary.md: " + ", ".join(missing)
+
+
+def test_every_chapter_links_the_glossary():
+    for chapter in CHAPTERS:
+        text = markdown_of(chapter)
+        if "This chapter is being written" in text:
+            continue  # a placeholder has no prose yet
+        assert TERM.search(text), f"{chapter.name} links no glossary term"
+
+
+# --- bibliography ------------------------------------------------------------------
+
+
+def test_bibliography_keys_are_unique():
+    keys = bib_keys()
+    dupes = {k for k in keys if keys.count(k) > 1}
+    assert not dupes, f"duplicate BibTeX keys: {sorted(dupes)}"
+
+
+def test_every_citation_exists_and_every_entry_is_cited():
+    keys = set(bib_keys())
+    uses = {name: cited(text) for name, text in pages().items()}
+    unknown = sorted(f"{name}: {k}" for name, ks in uses.items() for k in ks - keys)
+    assert not unknown, "cited but not in book/references.bib: " + ", ".join(unknown)
+    everything = set().union(*uses.values())
+    uncited = sorted(keys - everything)
+    # the bibliography page lists :all: entries, so an uncited entry would show up unexplained
+    assert not uncited, "in book/references.bib but cited nowhere: " + ", ".join(uncited)
+    assert "```{bibliography}" in (BOOK / "bibliography.md").read_text(encoding="utf-8")
+
+
+# --- API page ----------------------------------------------------------------------
+
+
+def gputrain_modules() -> list[str]:
+    import gputrain
+
+    names = ["gputrain"] + [m.name for m in pkgutil.walk_packages(gputrain.__path__, "gputrain.")]
+    return [n for n in names if not n.endswith("__main__")]
+
+
+def public_names(module_name: str) -> list[str]:
+    """Functions and classes a module defines and does not mark private (its __all__ when it has one)."""
+    mod = importlib.import_module(module_name)
+    exported = getattr(mod, "__all__", None)
+    return sorted(f"{module_name}.{name}" for name, obj in vars(mod).items()
+                  if not name.startswith("_") and (inspect.isclass(obj) or inspect.isfunction(obj))
+                  and obj.__module__ == module_name and (exported is None or name in exported))
+
+
+def api_rst() -> str:
+    text = (BOOK / "api.md").read_text(encoding="utf-8")
+    return "\n\n".join(re.findall(r"```\{eval-rst\}\n(.*?)```", text, re.S))
+
+
+def test_api_page_has_every_module_in_the_book_order():
+    rst = api_rst()
+    documented = re.findall(r"^\.\. automodule:: (\S+)", rst, re.M)
+    missing = [m for m in gputrain_modules() if m not in documented]
+    assert not missing, f"book/api.md documents no automodule for {missing}"
+    text = (BOOK / "api.md").read_text(encoding="utf-8")
+    chapters = [int(n) for n in re.findall(r"\[chapter (\d)\]\(\.\./chapters/0\d_", text)]
+    assert chapters == sorted(chapters) and len(set(chapters)) == 9, f"chapter links out of order: {chapters}"
+
+
+def test_api_page_builds_and_documents_every_public_name(tmp_path):
+    """Sphinx autodoc over the page's own directives, warnings as errors, then its object inventory."""
+    (tmp_path / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(BOOK / 'tools')!r})\n"
+        "extensions = ['sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'docstring_math']\n", encoding="utf-8")
+    (tmp_path / "index.rst").write_text("API\n===\n\n" + api_rst(), encoding="utf-8")
+    out = tmp_path / "_out"
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", "-E", str(tmp_path), str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    from sphinx.util.inventory import InventoryFile
+
+    with open(out / "objects.inv", "rb") as f:
+        inventory = InventoryFile.load(f, "", posixpath.join)
+    objects = {name for kind in ("py:function", "py:class", "py:exception") for name in inventory.get(kind, {})}
+    wanted = [n for m in gputrain_modules() for n in public_names(m)]
+    assert len(wanted) > 150, f"suspiciously few public names: {len(wanted)}"
+    missing = [n for n in wanted if n not in objects]
+    assert not missing, f"public names absent from book/api.md: {missing}"
+    # the docstrings' $...$ math arrives typeset, not as dollar signs
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert 'class="math' in html and "$$" not in html
+
+
+# --- Running at scale ----------------------------------------------------------------
+
+
+def scale_page() -> str:
+    return (BOOK / "running_at_scale.md").read_text(encoding="utf-8")
+
+
+def shell_commands() -> list[list[str]]:
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", scale_page(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                commands.append(shlex.split(line))
+    return commands
+
+
+def check_flags(parser, argv: list[str]) -> None:
+    """Every --flag is spelled exactly as the parser defines it (argparse would accept abbreviations)."""
+    for token in argv:
+        if token.startswith("--"):
+            flag = token.split("=", 1)[0]
+            assert flag in parser._option_string_actions, f"{flag} is not an option of {parser.prog}"
+
+
+def parse_gputrain(argv: list[str]):
+    """``gputrain ...`` through the package's own parser; a train command also builds its TrainConfig."""
+    from gputrain import cli
+    from gputrain.train import TrainConfig, preset_config
+
+    parser = cli.build_parser()
+    args = parser.parse_args(cli._attach_negative_numbers(argv))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    check_flags(sub.choices[argv[0]], argv[1:])
+    if argv[0] == "train":
+        overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                     if getattr(args, f.name) is not None}
+        return preset_config(args.preset, **overrides)
+    return args
+
+
+def test_every_command_parses_with_the_real_launchers():
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.run import get_args_parser
+
+    commands = shell_commands()
+    assert len(commands) >= 10
+    seen: dict[str, set[str]] = {"accelerate": set(), "torchrun": set()}
+    for argv in commands:
+        if argv[:2] == ["accelerate", "launch"]:
+            parser = launch_command_parser()
+            args = parser.parse_args(argv[2:])
+            script, rest = args.training_script, args.training_script_args
+            check_flags(parser, argv[2: argv.index(script)])
+            seen["accelerate"].update(t for t in argv[2: argv.index(script)] if t.startswith("--"))
+        elif argv[0] == "torchrun":
+            parser = get_args_parser()
+            args = parser.parse_args(argv[1:])
+            script, rest = args.training_script, args.training_script_args
+            check_flags(parser, argv[1: argv.index(script)])
+            seen["torchrun"].update(t for t in argv[1: argv.index(script)] if t.startswith("--"))
+        elif argv[0] == "gputrain":
+            parse_gputrain(argv[1:])
+            continue
+        else:
+            pytest.fail(f"unexpected command in the page: {shlex.join(argv)}")
+        if script == "gputrain":
+            assert args.module, f"gputrain is a module: launch it with -m ({shlex.join(argv)})"
+            parse_gputrain(rest)
+        else:
+            assert script.endswith(".py"), script
+    needed = {"--num_processes", "--num_machines", "--machine_rank", "--main_process_ip", "--main_process_port",
+              "--mixed_precision", "--config_file", "--multi_gpu", "--use_deepspeed"}
+    assert needed <= seen["accelerate"], f"accelerate launch flags never shown: {needed - seen['accelerate']}"
+    assert {"--nproc_per_node", "--nnodes", "--node_rank", "--standalone"} <= seen["torchrun"]
+
+
+def test_every_config_file_loads_and_sets_what_it_says(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    blocks = re.findall(r"```yaml\n(.*?)```", scale_page(), re.S)
+    kinds = []
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"config_{i}.yaml"
+        path.write_text(block, encoding="utf-8")
+        config = load_config_from_file(str(path))  # unknown top-level keys raise here
+        parser = launch_command_parser()
+        for section, prefix in (("fsdp_config", ""), ("deepspeed_config", "")):
+            for key in getattr(config, section) or {}:
+                assert f"--{prefix}{key}" in parser._option_string_actions, f"{section}.{key} is not an Accelerate setting"
+        args = parser.parse_args(["--config_file", str(path), "my_train.py"])
+        args, defaults, mp_from_file = _validate_launch_command(args)
+        kind = config.distributed_type.value
+        kinds.append(kind)
+        if kind == "DEEPSPEED":
+            args.deepspeed_fields_from_accelerate_config = ",".join(
+                list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_file else []))
+            _, env = prepare_deepspeed_cmd_env(args)
+            assert env["ACCELERATE_USE_DEEPSPEED"] == "true"
+            assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == str(config.deepspeed_config["zero_stage"])
+        else:
+            args.main_process_port = 0  # a free port: the check must not depend on what else runs here
+            env = prepare_multi_gpu_env(args)
+            if kind == "FSDP":
+                assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_VERSION"] == "2"
+                assert env["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "Block"  # gputrain's transformer block class
+            else:
+                assert args.multi_gpu
+        assert env["ACCELERATE_MIXED_PRECISION"] == config.mixed_precision == "bf16"
+        assert args.num_processes == config.num_processes == 8
+    assert sorted(kinds) == ["DEEPSPEED", "FSDP", "MULTI_GPU"]
+    from gputrain.model import Block  # noqa: F401  (the class the FSDP examples wrap exists)
+
+
+def test_the_page_arithmetic_matches_the_presets_and_the_memory_model():
+    from gputrain.memory import estimate
+    from gputrain.train import gpt2_small
+
+    text = scale_page()
+    cfg = gpt2_small()
+    per_step = cfg.batch_size * cfg.grad_accum_steps * 1 * cfg.window
+    assert (cfg.batch_size, cfg.grad_accum_steps, cfg.window, per_step) == (16, 32, 1024, 524_288)
+    assert "16 sequences × 32\nmicro-batches × 1 process × 1,024 tokens = 524,288" in text
+    for procs, accum in ((8, 4), (16, 2)):
+        assert cfg.batch_size * accum * procs * cfg.window == per_step
+    assert "(16 × 4 × 8 × 1,024 = 524,288), so launch it with `--grad-accum-steps 4`" in text
+    # every gpt2_small launch on 8 or 16 processes keeps the preset's tokens per step
+    for argv in shell_commands():
+        if "gpt2_small" in argv:
+            procs = next((int(argv[i + 1]) for i, t in enumerate(argv) if t in ("--num_processes",)), None)
+            if procs is None and "--nproc_per_node" in argv:
+                nodes = int(argv[argv.index("--nnodes") + 1]) if "--nnodes" in argv else 1
+                procs = nodes * int(argv[argv.index("--nproc_per_node") + 1])
+            procs = procs or 8  # the multi_gpu.yaml file's 8 processes
+            accum = int(argv[argv.index("--grad-accum-steps") + 1])
+            assert cfg.batch_size * accum * procs * cfg.window == per_step, shlex.join(argv)
+    zero0, zero1 = estimate(7.5e9, zero_stage=0, dp=64), estimate(7.5e9, zero_stage=1, dp=64)
+    assert f"{zero1.total / 1e9:.3f} GB per GPU for stage 1 against {zero0.total / 1e9:.0f} GB" in text
+
+
+def test_precision_from_the_program_beats_the_launchers(monkeypatch):
+    """The warning on the page: an explicit mixed_precision wins over ``accelerate launch --mixed_precision``."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # what the launcher's flag sets
+    try:
+        AcceleratorState._reset_state(True)
+        assert Accelerator(mixed_precision="no", cpu=True).mixed_precision == "no"
+        AcceleratorState._reset_state(True)
+        assert Accelerator(cpu=True).mixed_precision == "bf16"
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+    assert "gputrain's setting wins" in scale_page()
+
+
+@pytest.mark.multiprocess
+def test_the_cpu_torchrun_command_trains_on_two_processes(tmp_path):
+    """The page's CPU command, run as printed: two processes, so twice the epochs of one process."""
+    line = next(argv for argv in shell_commands() if argv[:2] == ["torchrun", "--standalone"]
+                and "2" in argv and "tiny" in argv)
+    bindir = Path(sys.executable).parent
+
+    # torchrun gives each process one thread; the single process gets the same (two threads on a
+    # loaded two-core machine oversubscribe it and only make the comparison slow)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def epochs(argv: list[str]) -> float:
+        run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        found = re.findall(r"trained (\d+) steps \(([\d.]+) epochs\)", run.stdout + run.stderr)
+        assert len(found) == 1, f"expected one summary line from process 0, got {found}"
+        return float(found[0][1])
+
+    two = epochs([str(bindir / "torchrun"), *line[1:]])
+    one = epochs([sys.executable, "-m", "gputrain", *line[line.index("gputrain") + 1:]])
+    assert abs(two / one - 2) < 0.1, (two, one)

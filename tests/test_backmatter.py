@@ -254,20 +254,17 @@ def test_every_command_parses_with_the_real_launchers():
 
     commands = shell_commands()
     assert len(commands) >= 10
+    launchers = {("accelerate", "launch"): launch_command_parser, ("torchrun",): get_args_parser}
     seen: dict[str, set[str]] = {"accelerate": set(), "torchrun": set()}
     for argv in commands:
-        if argv[:2] == ["accelerate", "launch"]:
-            parser = launch_command_parser()
-            args = parser.parse_args(argv[2:])
+        prefix = next((p for p in launchers if tuple(argv[:len(p)]) == p), None)
+        if prefix:
+            parser = launchers[prefix]()
+            args = parser.parse_args(argv[len(prefix):])
             script, rest = args.training_script, args.training_script_args
-            check_flags(parser, argv[2: argv.index(script)])
-            seen["accelerate"].update(t for t in argv[2: argv.index(script)] if t.startswith("--"))
-        elif argv[0] == "torchrun":
-            parser = get_args_parser()
-            args = parser.parse_args(argv[1:])
-            script, rest = args.training_script, args.training_script_args
-            check_flags(parser, argv[1: argv.index(script)])
-            seen["torchrun"].update(t for t in argv[1: argv.index(script)] if t.startswith("--"))
+            own = argv[len(prefix): argv.index(script)]  # the launcher's flags, before the script
+            check_flags(parser, own)
+            seen[prefix[0]].update(t for t in own if t.startswith("--"))
         elif argv[0] == "gputrain":
             parse_gputrain(argv[1:])
             continue

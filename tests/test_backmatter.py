@@ -384,3 +384,102 @@ def test_the_cpu_torchrun_command_trains_on_two_processes(tmp_path):
     two = epochs([str(bindir / "torchrun"), *line[1:]])
     one = epochs([sys.executable, "-m", "gputrain", *line[line.index("gputrain") + 1:]])
     assert abs(two / one - 2) < 0.1, (two, one)
+
+
+# --- Fact check ----------------------------------------------------------------------
+
+VERDICTS = ("holds", "holds with a caveat", "wrong", "unsupported")
+
+
+def fact_check() -> tuple[str, dict[int, str]]:
+    """The page, and each claim's text (from its ``(fc-NN)=`` label to the next one) by number."""
+    text = (BOOK / "fact_check.md").read_text(encoding="utf-8")
+    parts = re.split(r"^\(fc-(\d+)\)=\n", text, flags=re.M)
+    claims = {int(label): re.split(r"^## ", body, flags=re.M)[0] for label, body in zip(parts[1::2], parts[2::2])}
+    return text, claims
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_fact_check_claims_have_a_source_a_verdict_and_a_decider():
+    text, claims = fact_check()
+    assert len(claims) >= 25, f"only {len(claims)} claims"
+    assert sorted(claims) == list(range(1, len(claims) + 1)), "claims must be numbered 1..n without gaps"
+    table = {int(n): v for n, v in re.findall(r"^\| \{ref\}`fc-(\d+)` \| [^|]+ \| ([a-z ]+) \|$", text, re.M)}
+    assert sorted(table) == sorted(claims), "the summary table must list every claim once"
+    keys = set(bib_keys())
+    seeds = {p.name[:3] for p in SEEDS.glob("*.txt")} if SEEDS.is_dir() else {"000", "001", "002", "004"}
+    notebooks = {f"../chapters/{p.name}": p for p in CHAPTERS} | {"making_it_fast.ipynb": BOOK / "making_it_fast.ipynb"}
+    for n, body in claims.items():
+        assert re.match(rf"### {n}\. \S", body), f"claim {n}: heading must start with '### {n}. '"
+        source = re.search(r"^\*\*Claim\*\* \(seeds? ([^)]*)\):", body, re.M)
+        assert source, f"claim {n}: no '**Claim** (seed NNN, §...)' line"
+        assert set(re.findall(r"\b(\d{3})\b", source.group(1))) <= seeds, f"claim {n}: unknown seed in {source.group(1)!r}"
+        verdict = re.search(r"^\*\*Verdict:\*\* (.+)$", body, re.M)
+        assert verdict and verdict.group(1).strip() in VERDICTS, f"claim {n}: verdict must be one of {VERDICTS}"
+        assert table[n] == verdict.group(1).strip(), f"claim {n}: the summary table says {table[n]!r}"
+        decided = flat(body.split("**Decided by:**", 1)[1])
+        citations = cited(decided)
+        assert citations <= keys, f"claim {n}: unknown citation {citations - keys}"
+        links = re.findall(r"\]\(([^)]+\.ipynb)\)", decided)
+        sections = re.findall(r"\]\(([^)]+\.ipynb)\), sections? ((?:\"[^\"]+\"(?:,| and|, and)? ?)+)", decided)
+        assert len(sections) == len(links), f"claim {n}: every chapter link must name the section that decides it"
+        for target, names in sections:
+            assert target in notebooks, f"claim {n}: {target} is not a chapter"
+            for name in re.findall(r"\"([^\"]+)\"", names):
+                assert name in headings(notebooks[target]), f"claim {n}: {target} has no section {name!r}"
+        # an unsupported claim may have no source at all; it must then point to the entry that covers its subject
+        refs = re.findall(r"\{ref\}`[^`]*<fc-(\d+)>`", decided)
+        assert sections or citations or (table[n] == "unsupported" and refs), \
+            f"claim {n}: decided by neither a chapter section nor a source"
+
+
+def test_fact_check_arithmetic_is_right():
+    import torch
+    from fractions import Fraction
+
+    from gputrain.device import PEAK_FLOPS
+    from gputrain.memory import estimate
+    from gputrain.parallel.pipeline import bubble_fraction
+
+    text = flat(fact_check()[0])
+    h100 = PEAK_FLOPS["H100"]
+    f16, bf16, f32 = torch.finfo(torch.float16), torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
+    zero = {(s, dp): estimate(7.5e9, zero_stage=s, dp=dp).total for s in (0, 1) for dp in (8, 64)}
+    training_state = estimate(175e9).total  # bf16 weights and gradients, FP32 master weights and Adam moments
+    checks = {
+        "3 × 224 × 224 = 150,528": 3 * 224 * 224 == 150_528,
+        "570 GB is 1.3% of 45 TB": round(100 * 570 / 45_000, 1) == 1.3,
+        "0.25¹⁰⁰ ≈ 6 × 10⁻⁶¹": round(0.25**100 / 1e-61) == 6,
+        "(2 − 2⁻¹⁰) × 2¹⁵ = 65504": (2 - 2**-10) * 2**15 == 65504 == f16.max,
+        "the smallest normal number is 1.18 × 10⁻³⁸ in both": bf16.tiny == f32.tiny and round(f32.tiny / 1e-38, 2) == 1.18,
+        "3.39 × 10³⁸ in BF16 against 3.40 × 10³⁸ in FP32": (round(bf16.max / 1e38, 2), round(f32.max / 1e38, 2)) == (3.39, 3.40),
+        "8 significant bits against FP32's 24": (bf16.eps, f32.eps) == (2.0**-7, 2.0**-23),
+        "stop at 9.2 × 10⁻⁴¹ where FP32's reach 1.4 × 10⁻⁴⁵": (round(bf16.tiny * bf16.eps / 1e-41, 1), round(f32.tiny * f32.eps / 1e-45, 1)) == (9.2, 1.4),
+        "2⁻³ and 2⁻²": (torch.finfo(torch.float8_e4m3fn).eps, torch.finfo(torch.float8_e5m2).eps) == (2**-3, 2**-2),
+        "989 ÷ 67 ≈ 14.8": round(h100["fp16"] / 1e12) == 989 and round(h100["fp32"] / 1e12) == 67
+        and round(h100["fp16"] / h100["fp32"], 1) == 14.8,
+        "against TF32 tensor-core products the factor is 2": round(h100["fp16"] / h100["tf32"], 3) == 2,
+        "16 × 32 = 512": 16 * 32 == 512,
+        "175 billion × 2 bytes = 350 GB": estimate(175e9).parameters == 350e9,
+        "the training state is 2.8 TB, which needs at least 35 GPUs of 80 GB": training_state == 2.8e12
+        and math.ceil(training_state / 80e9) == 35,
+        "100 × 10¹² × 16 bytes = 1.6 PB of training state, which would take 20,000 GPUs of 80 GB":
+            estimate(100e12).total == 1.6e15 and estimate(100e12).total / 80e9 == 20_000,
+        "1.75 at N = 8": 2 * (8 - 1) / 8 == 1.75,
+        "(p − 1)/(m + p − 1) = 3/11": bubble_fraction(4, 8) == Fraction(3, 11),
+        "120 ÷ 31.4 ≈ 3.82, with 8 GPUs 2.91": (round(zero[0, 64] / 1e9), round(zero[1, 64] / 1e9, 1)) == (120, 31.4)
+        and round(zero[0, 64] / zero[1, 64], 2) == 3.82 and round(zero[0, 8] / zero[1, 8], 2) == 2.91,
+        "450 ÷ 50 = 9": 900 / 2 / 50 == 9,
+        "160 ÷ 50 = 3.2": 160 / 50 == 3.2,
+        "2,788,000 × $2 = $5,576,000": 2_788_000 * 2 == 5_576_000,
+        "30.84 ÷ 2.788 ≈ 11.1": round(30.84 / 2.788, 1) == 11.1,
+        "405 × 15.6 ÷ (37 × 14.8) ≈ 11.5": round(405 * 15.6 / (37 * 14.8), 1) == 11.5,
+        "1,287 MWh ÷ 10.715 MWh ≈ 120": round(1287 / 10.715) == 120,
+    }
+    absent = [s for s in checks if s not in text]
+    assert not absent, f"statements no longer in book/fact_check.md: {absent}"
+    wrong = [s for s, ok in checks.items() if not ok]
+    assert not wrong, f"arithmetic that does not hold: {wrong}"

@@ -68,6 +68,7 @@ class LadderConfig:
     warmup: int = 2  # untimed steps per rung before the rounds (the first one compiles)
     compile: bool = True  # run the torch.compile rung (skipped on a CPU without a C compiler)
     compile_scope: str = "model"  # 'model' compiles the whole GPT; 'blocks' each block (compiles faster)
+    cold_compile: bool = True  # compile with empty on-disk caches, so compile times are what a first run pays
     threads: int = 0  # CPU threads for the run (0 keeps torch's setting)
     max_seconds: float = 600.0  # wall-time cap: no rung starts after 3/4 of it, no round after it
     measured_peak: bool = True  # also quote MFU against a measured matrix-product peak
@@ -173,6 +174,34 @@ class Recipe:
     compile: bool = False
     batch: bool = False
     pad_vocab: bool = False
+
+
+@contextlib.contextmanager
+def fresh_compile_caches(enabled: bool = True):
+    """Point Inductor's and Triton's on-disk caches at an empty folder inside the block, then remove it.
+
+    A second run would otherwise load the kernels an earlier run compiled and
+    report a compile time of seconds instead of the real cost.
+    """
+    import os
+    import tempfile
+
+    if not enabled:
+        yield
+        return
+    keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    saved = {k: os.environ.get(k) for k in keys}
+    folder = tempfile.mkdtemp(prefix="gputrain_compile_")
+    os.environ.update({k: os.path.join(folder, k.split("_")[0].lower()) for k in keys})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def has_c_compiler() -> bool:
@@ -330,6 +359,12 @@ class LadderResult:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "LadderResult":
+        """A result read back from its JSON (``read_result(path)["data"]``); extra keys are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
 
 def _bytes_text(n: Optional[int]) -> str:
     if not n:
@@ -348,7 +383,7 @@ def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, 
     dev = dev or device()
     t_start = time.perf_counter()
     threads = contextlib.nullcontext() if not cfg.threads or dev.type != "cpu" else cpu_threads(cfg.threads)
-    with threads:
+    with threads, fresh_compile_caches(cfg.compile and cfg.cold_compile and "compile" in cfg.rung_list()):
         with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
             shape = GPT(GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
                                   n_head=cfg.n_head, n_embd=cfg.n_embd))

@@ -344,16 +344,16 @@ class LadderResult:
     def table(self) -> str:
         """The ladder as a text table: tokens/s, speed-up over the baseline, MFU, peak memory."""
         base = next((r["tokens_per_s"] for r in self.measured_rows()), None)
-        lines = [f"{'rung':<24} {'tokens/s':>12} {'x base':>7} {'MFU':>7} {'MFU meas.':>9} {'peak mem':>10}  note"]
+        lines = [f"{'rung':<22} {'tokens/s':>9} {'x base':>6} {'MFU':>6} {'MFU meas':>8} {'peak mem':>10}  note"]
         for r in self.rows:
             if not r.get("tokens_per_s"):
-                lines.append(f"{r['label']:<24} {'-':>12} {'':>7} {'':>7} {'':>9} {'':>10}  skipped: {r['skipped']}")
+                lines.append(f"{r['label']:<22} {'-':>9}  skipped: {r['skipped']}")
                 continue
-            pct = lambda v: f"{v:7.1%}" if v is not None else f"{'n/a':>7}"  # noqa: E731
+            pct = lambda v: f"{v:6.1%}" if v is not None else f"{'n/a':>6}"  # noqa: E731
             mem = _bytes_text(r.get("peak_memory_bytes"))
             note = f"compile {r['compile_seconds']:.1f} s" if r.get("compile_seconds") is not None else ""
-            lines.append(f"{r['label']:<24} {r['tokens_per_s']:12,.0f} {r['tokens_per_s'] / base:6.2f}x "
-                         f"{pct(r['mfu'])} {pct(r['mfu_measured']):>9} {mem}  {note}")
+            lines.append(f"{r['label']:<22} {r['tokens_per_s']:9,.0f} {r['tokens_per_s'] / base:5.2f}x "
+                         f"{pct(r['mfu'])} {pct(r['mfu_measured']):>8} {mem}  {note}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

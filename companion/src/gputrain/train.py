@@ -363,17 +363,25 @@ def train_step(model, batches: list[Batch], optimizer, accelerator: Accelerator,
 
 
 @torch.no_grad()
-def evaluate(model, loader, accelerator: Accelerator, max_batches: int) -> float:
-    """Mean validation loss per sample over up to ``max_batches`` batches, across processes."""
+def evaluate(model, loader, accelerator: Optional[Accelerator] = None, max_batches: int = 8) -> float:
+    """Mean loss per sample over up to ``max_batches`` batches (dropout off), across processes.
+
+    Without an ``accelerator`` each batch is moved to the model's device.
+    """
+    was_training = model.training
     model.eval()
+    dev = None if accelerator else next(model.parameters()).device
     losses = []
     for i, (x, y) in enumerate(loader):
         if i >= max_batches:
             break
+        if dev is not None:
+            x, y = x.to(dev), y.to(dev)
         _, loss = model(x, y)
-        # one entry per sample, so gather_for_metrics can drop the padding of an uneven last batch
-        losses.append(accelerator.gather_for_metrics(loss.float().reshape(1).expand(len(x)).contiguous()))
-    model.train()
+        per_sample = loss.float().reshape(1).expand(len(x)).contiguous()  # (B,): the batch mean, per sample
+        # gather_for_metrics drops the samples Accelerate padded onto an uneven last batch
+        losses.append(accelerator.gather_for_metrics(per_sample) if accelerator else per_sample)
+    model.train(was_training)
     return torch.cat(losses).mean().item()
 
 
@@ -654,7 +662,9 @@ class RunLog:
             return
         Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
         self.path = Path(cfg.log_dir) / "metrics.csv"
-        self.file = open(self.path, "w", newline="")  # a resumed run rewrites the rows it restored
+        # line-buffered: every finished step is on disk even if the process is killed a moment later;
+        # a resumed run rewrites the rows it restored from the checkpoint
+        self.file = open(self.path, "w", newline="", buffering=1)
         self.writer = csv.DictWriter(self.file, fieldnames=LOG_COLUMNS)
         self.writer.writeheader()
         self.writer.writerows(resumed_rows)
@@ -801,9 +811,59 @@ def make_accelerator(cfg: TrainConfig) -> Accelerator:
 
 
 def _new_progress() -> dict:
+    """Everything about a run's position that a checkpoint must carry besides the tensors."""
     return {"step": 0, "epoch": 0, "batch": 0, "losses": [], "lrs": [], "grad_norms": [], "val_losses": [],
             "events": {}, "best_val": math.inf, "best_step": 0, "evals_since_best": 0, "bad_in_row": 0,
             "detector": None}
+
+
+def _check_directories(cfg: TrainConfig, model: nn.Module, model_config: Optional[dict]) -> Optional[Checkpoint]:
+    """Read and verify the checkpoint to resume from, or make sure a fresh run overwrites nothing.
+
+    Called before anything is written: every problem is one clear error.
+    """
+    if not cfg.resume_from:
+        for what, directory, name in (("checkpoint_dir", cfg.checkpoint_dir, None),
+                                      ("log_dir", cfg.log_dir, "metrics.csv")):
+            if directory and (list_checkpoints(directory) if name is None else (Path(directory) / name).exists()):
+                raise ValueError(f"{what}={directory!r} already holds another run's files; pass "
+                                 f"--resume-from {directory} to continue it, or choose an empty directory")
+        return None
+    ckpt = read_checkpoint(cfg.resume_from)
+    check_compatible(ckpt, model, model_config)
+    later = [p for p in list_checkpoints(cfg.checkpoint_dir) if int(p.name[5:]) > ckpt.step] \
+        if cfg.checkpoint_dir else []
+    if later:
+        raise CheckpointError(f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
+                              "resume from the newest checkpoint or write to a fresh checkpoint_dir")
+    best_path = ckpt.path.parent / "best.safetensors"
+    if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
+        raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
+    return ckpt
+
+
+class _BestWeights:
+    """Early stopping's memory: the best validation loss so far and the weights that made it."""
+
+    def __init__(self, cfg: TrainConfig, progress: dict, ckpt: Optional[Checkpoint]):
+        self.cfg, self.progress, self.state = cfg, progress, None
+        if ckpt and cfg.patience and progress["best_step"]:
+            self.state = _read_best(ckpt.path.parent / "best.safetensors")
+
+    def update(self, step: int, val: float, model: nn.Module, main_process: bool) -> bool:
+        """Record a validation loss; return True when the patience has run out."""
+        p = self.progress
+        if val < p["best_val"]:
+            p.update(best_val=val, best_step=step, evals_since_best=0)
+            if self.cfg.patience:  # a CPU copy of the weights, and one on disk for a resumed run
+                self.state = _weights(model)
+                if self.cfg.checkpoint_dir and main_process:
+                    Path(self.cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+                    _write_atomic(Path(self.cfg.checkpoint_dir) / "best.safetensors",
+                                  st_save(self.state[0], metadata={"aliases": json.dumps(self.state[1])}))
+            return False
+        p["evals_since_best"] += 1
+        return bool(self.cfg.patience) and p["evals_since_best"] >= self.cfg.patience
 
 
 def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Optional[Dataset] = None,
@@ -834,23 +894,7 @@ def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Op
         raise ValueError(f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
                          f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
                          "use more text or a smaller batch_size")
-    ckpt = read_checkpoint(cfg.resume_from) if cfg.resume_from else None
-    if ckpt:
-        check_compatible(ckpt, model, model_config)
-        later = [p for p in list_checkpoints(cfg.checkpoint_dir) if int(p.name[5:]) > ckpt.step] \
-            if cfg.checkpoint_dir else []
-        if later:
-            raise CheckpointError(f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
-                                  "resume from the newest checkpoint or write to a fresh checkpoint_dir")
-        best_path = ckpt.path.parent / "best.safetensors"
-        if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
-            raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
-    else:
-        for what, directory, name in (("checkpoint_dir", cfg.checkpoint_dir, None),
-                                      ("log_dir", cfg.log_dir, "metrics.csv")):
-            if directory and (list_checkpoints(directory) if name is None else (Path(directory) / name).exists()):
-                raise ValueError(f"{what}={directory!r} already holds another run's files; pass "
-                                 f"--resume-from {directory} to continue it, or choose an empty directory")
+    ckpt = _check_directories(cfg, model, model_config)
     if cfg.activation_checkpointing:
         from .memory import apply_activation_checkpointing
 
@@ -859,12 +903,11 @@ def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Op
     # The schedule counts optimizer steps.  It is not passed to prepare():
     # Accelerate would step it once per process per step.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    progress, best_state = _new_progress(), None
+    progress = _new_progress()
     if ckpt:  # everything validated: now apply it
         load_weights(model, ckpt.weights, ckpt.aliases)
         progress.update(load_trainer_state(ckpt, optimizer, scheduler))
-        if cfg.patience and progress["best_step"]:
-            best_state = _read_best(ckpt.path.parent / "best.safetensors")
+    best = _BestWeights(cfg, progress, ckpt)
     train_loader = DataLoader(train_data, batch_size=cfg.batch_size, drop_last=True,
                               sampler=EpochSampler(len(train_data), cfg.seed),
                               generator=torch.Generator().manual_seed(cfg.seed))  # keeps the global RNG untouched
@@ -934,17 +977,7 @@ def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Op
             if cfg.eval_interval and (step % cfg.eval_interval == 0 or step == cfg.max_steps):
                 val = evaluate(model, val_loader, accelerator, cfg.eval_batches)
                 progress["val_losses"].append((step, val))
-                if val < progress["best_val"]:
-                    progress.update(best_val=val, best_step=step, evals_since_best=0)
-                    if cfg.patience:  # keep the best weights (on the CPU) to restore at the end
-                        best_state = _weights(accelerator.unwrap_model(model))
-                        if cfg.checkpoint_dir and accelerator.is_main_process:
-                            Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-                            _write_atomic(Path(cfg.checkpoint_dir) / "best.safetensors",
-                                          st_save(best_state[0], metadata={"aliases": json.dumps(best_state[1])}))
-                else:
-                    progress["evals_since_best"] += 1
-                    stopped_early = bool(cfg.patience) and progress["evals_since_best"] >= cfg.patience
+                stopped_early = best.update(step, val, accelerator.unwrap_model(model), accelerator.is_main_process)
             log.row(step=step, epoch=round(step / steps_per_epoch, 4), loss=stats.loss, val_loss=val, lr=lr,
                     grad_norm=stats.grad_norm, tokens_per_s=round(step_tokens / step_seconds, 1),
                     event=guard.event)
@@ -972,8 +1005,8 @@ def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Op
         if cfg.tensorboard:
             accelerator.end_training()
     unwrapped = accelerator.unwrap_model(model)
-    if cfg.patience and best_state is not None:
-        load_weights(unwrapped, *best_state)
+    if cfg.patience and best.state is not None:
+        load_weights(unwrapped, *best.state)
     skipped = sorted(int(s) for s, e in events.items() if e in ("nonfinite", "spike-skipped"))
     spikes = sorted(int(s) for s, e in events.items() if e.startswith("spike"))
     result = TrainResult(

@@ -111,7 +111,8 @@ def gpt_steps(dev: torch.device, quick: bool) -> list[dict]:
     rows, base = [], None
     for name, gran in [("bf16 autocast", None), ("fp8 tensorwise", "tensor"), ("fp8 rowwise", "row")]:
         torch.manual_seed(0)
-        model = GPT(cfg).to(dev)
+        with torch.device(dev):  # initialised on the GPU: seconds, not a minute, for 0.7 B parameters
+            model = GPT(cfg)
         if gran:
             fp8.convert_to_float8(model, granularity=gran)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")

@@ -571,9 +571,9 @@ GemmKind = str  # "bf16", "fp8-tensor", "fp8-row", "fp8-block"
 
 def gemm_operands(kind: GemmKind, m: int, k: int, n: int, device: torch.device, seed: int = 0) -> Callable[[], object]:
     """A zero-argument function running one (m, k) @ (k, n) product of ``kind`` on prepared operands."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g).to(device)  # (M, K)
-    w = torch.randn(n, k, generator=g).to(device)  # (N, K)
+    g = torch.Generator(device=device).manual_seed(seed)  # made where they are used: GPU-sized operands
+    a = torch.randn(m, k, generator=g, device=device)  # (M, K)
+    w = torch.randn(n, k, generator=g, device=device)  # (N, K)
     if kind == "bf16":
         a16, w16 = a.bfloat16(), w.bfloat16()
         return lambda: a16 @ w16.t()

@@ -1,7 +1,7 @@
 """Checkpoints (chapter 6): atomic, verified, never unpickled, and a resume that is bitwise exact."""
 
 import json
-import os
+
 import pickle
 import signal
 import subprocess

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gputrain import data
+from gputrain.device import median_seconds
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -306,7 +307,7 @@ def test_loader_throughput_counts_samples():
     stats = data.loader_throughput(data.make_loader(ds, batch_size=10))
     assert (stats.batches, stats.samples) == (10, 99) and stats.samples_per_s > 0
     assert data.loader_throughput(data.make_loader(ds, batch_size=10), max_batches=3).samples == 30
-    assert data.median_seconds(lambda: None, repeats=3) >= 0
+    assert median_seconds(lambda: None, repeats=3) >= 0
 
 
 def test_jpeg_images_decode_to_training_crops():

@@ -57,3 +57,12 @@ def test_results_round_trip_with_provenance(tmp_path):
     assert r["provenance"]["torch"] == torch.__version__ and r["provenance"]["command"] == "bench x"
     assert "Measured on" in dv.provenance_note(r)
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_median_seconds_repeats_short_calls_and_waits_for_work():
+    import time
+
+    calls = []
+    assert 0.009 < dv.median_seconds(lambda: time.sleep(0.01), repeats=3, warmup=1) < 0.5
+    dv.median_seconds(lambda: calls.append(1), repeats=3, warmup=2, min_seconds=0.001)
+    assert len(calls) > 3 + 2 + 1  # each sample repeated the cheap call many times

@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from gputrain.device import median_seconds
 from gputrain.metrics import (ELEMENTWISE_FLOPS, count_flops, forward_flops_per_token, loglog_slope,
-                              matmul_params, matmul_tflops, median_seconds, copy_bandwidth,
+                              matmul_params, matmul_tflops, copy_bandwidth,
                               train_flops_per_token)
 from gputrain.model import GPT, MLP, GPTConfig
 
@@ -113,7 +114,7 @@ def test_cpu_probes_measure_something_and_refuse_tf32():
     with pytest.raises(ValueError, match="use one of"):
         matmul_tflops(128, "fp64", torch.device("cpu"))
     assert copy_bandwidth(1 << 20, torch.device("cpu")) > 0
-    assert median_seconds(lambda: None, target_seconds=0.001, dev=torch.device("cpu")) >= 0
+    assert median_seconds(lambda: None, dev=torch.device("cpu"), min_seconds=0.001) >= 0
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """`gputrain train` from the command line: bad input, resume, and a real 2-process launch."""
 
-import os
+
 import shutil
 import subprocess
 import sys

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from gputrain import data
-from gputrain.device import write_result
+from gputrain.device import median_seconds, write_result
 
 
 def h2d_gb_s(batch: torch.Tensor, dev: torch.device, repeats: int = 10) -> float:
     """Host-to-device copy bandwidth of ``batch`` (pinned or not), median of ``repeats``."""
-    return batch.numel() * batch.element_size() / data.median_seconds(
+    return batch.numel() * batch.element_size() / median_seconds(
         lambda: batch.to(dev, non_blocking=True), repeats=repeats, warmup=2) / 1e9
 
 
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
               for p in data.sample_image_files()]
     batch = torch.stack(photos)[torch.arange(B) % len(photos)].to(dev).float() / 255  # (B, 3, 256, 256)
     gen = torch.Generator().manual_seed(0)
-    t_batch = data.median_seconds(lambda: data.augment(batch, 224, generator=gen), repeats=10, warmup=3)
-    t_loop = data.median_seconds(
+    t_batch = median_seconds(lambda: data.augment(batch, 224, generator=gen), repeats=10, warmup=3)
+    t_loop = median_seconds(
         lambda: torch.cat([data.augment(batch[i:i + 1], 224, generator=gen) for i in range(B)]), repeats=3)
     print(f"augment: {B / t_batch:,.0f} images/s batched, {B / t_loop:,.0f} one at a time")
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         opt.step()
 
-    step_s = data.median_seconds(step, repeats=20, warmup=5)
+    step_s = median_seconds(step, repeats=20, warmup=5)
     print(f"model step: {step_s * 1e3:.2f} ms = {B / step_s:,.0f} samples/s")
 
     jpegs = [p.read_bytes() for p in data.sample_image_files()]

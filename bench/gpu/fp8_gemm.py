@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from gputrain import fp8
-from gputrain.device import device_name, peak_flops, write_result
+from gputrain.device import device_name, median_seconds, peak_flops, write_result
 from gputrain.model import GPT, GPTConfig
 
 SQUARE = [1024, 2048, 4096, 8192, 16384]
@@ -89,7 +89,7 @@ def layers(dev: torch.device, quick: bool) -> list[dict]:
         for name, layer in variants.items():
             row = {"m": m, "k": k, "n": n, "layer": name}
             try:
-                s = fp8.time_call(lambda: layer_step(layer, x), dev, repeats=3 if quick else 10, warmup=2)
+                s = median_seconds(lambda: layer_step(layer, x), repeats=3 if quick else 10, warmup=2, dev=dev)
                 row.update(seconds=s, tflops=6 * m * k * n / s / 1e12, path=getattr(layer, "last_path", "bf16"))
                 base = base or s
                 row["speedup_vs_bf16"] = base / s
@@ -126,7 +126,7 @@ def gpt_steps(dev: torch.device, quick: bool) -> list[dict]:
             opt.zero_grad(set_to_none=True)
             losses.append(loss.detach())
 
-        s = fp8.time_call(step, dev, repeats=3 if quick else 8, warmup=2)
+        s = median_seconds(step, repeats=3 if quick else 8, warmup=2, dev=dev)
         tokens = batch * cfg.block_size
         base = base or s
         rows.append({"variant": name, "seconds_per_step": s, "tokens_per_s": tokens / s, "speedup_vs_bf16": base / s,

@@ -21,7 +21,6 @@ import io
 import json
 import math
 import re
-import statistics
 import sysconfig
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -659,20 +658,6 @@ class JpegImages(Dataset):
         img = random_crop(img[None], self.size)  # (1, 3, S, S); the worker's seeded RNG picks the window
         img = random_flip(img)[0]  # (3, S, S)
         return img, i % len(self.jpegs)
-
-
-def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` (GPU work is waited for), after ``warmup`` untimed calls."""
-    from .device import Timer
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        with Timer() as t:
-            fn()
-        times.append(t.seconds)
-    return statistics.median(times)
 
 
 @dataclass

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import Callable, Optional, TypeVar
 
 import torch
 
@@ -127,6 +128,32 @@ class Timer:
             self.seconds = self._start.elapsed_time(self._end) / 1e3
         else:
             self.seconds = time.perf_counter() - self._t0
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
+                   dev: Optional[torch.device] = None, min_seconds: float = 0.0) -> float:
+    """Median wall time of one call of ``fn()``, correct on GPUs (queued work is waited for).
+
+    ``warmup`` untimed calls first, then ``repeats`` timed samples.  A call too
+    short for the clock can be repeated inside each sample until the sample lasts
+    about ``min_seconds``; the sample is then divided by its number of calls.
+    """
+    dev = dev or device()
+    for _ in range(warmup):
+        fn()
+    synchronize(dev)
+    inner = 1
+    if min_seconds > 0:
+        with Timer(dev) as t:
+            fn()
+        inner = max(1, int(min_seconds / max(t.seconds, 1e-9)))
+    times = []
+    for _ in range(repeats):
+        with Timer(dev) as t:
+            for _ in range(inner):
+                fn()
+        times.append(t.seconds / inner)
+    return statistics.median(times)
 
 
 def info() -> dict[str, object]:

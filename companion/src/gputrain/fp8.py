@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -28,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import Timer, synchronize
+from .device import median_seconds
 from .memory import PrecisionRecipe, register_recipe
 from .precision import FloatFormat, get_format
 
@@ -589,22 +588,9 @@ def gemm_operands(kind: GemmKind, m: int, k: int, n: int, device: torch.device, 
     raise ValueError(f"unknown GEMM kind {kind!r}; use bf16, fp8-tensor, fp8-row or fp8-block")
 
 
-def time_call(fn: Callable[[], object], device: torch.device, repeats: int = 5, warmup: int = 1) -> float:
-    """Median seconds of ``fn()`` (CUDA events on a GPU, perf_counter on the CPU)."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        with Timer(device) as t:
-            fn()
-        times.append(t.seconds)
-    return statistics.median(times)
-
-
 def gemm_tflops(kind: GemmKind, m: int, k: int, n: int, device: "torch.device | str" = "cpu",
                 repeats: int = 5) -> float:
     """Measured TFLOP/s (2mkn FLOPs per product) of one GEMM of ``kind``, operands already prepared."""
     device = torch.device(device)
-    return 2 * m * k * n / time_call(gemm_operands(kind, m, k, n, device), device, repeats) / 1e12
+    return 2 * m * k * n / median_seconds(gemm_operands(kind, m, k, n, device), repeats, dev=device) / 1e12
 

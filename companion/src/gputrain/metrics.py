@@ -9,7 +9,7 @@ added below without touching the rest:
   and per module;
 * **rule-of-thumb** FLOPs: :func:`forward_flops_per_token` (2N plus the
   attention term) and :func:`train_flops_per_token` (three times that);
-* **measured** speed: :func:`median_seconds`, :func:`matmul_tflops` (against
+* **measured** speed: :func:`gputrain.device.median_seconds`, :func:`matmul_tflops` (against
   the datasheet peak from :func:`gputrain.device.peak_flops` on a GPU) and
   :func:`copy_bandwidth`, the two roofs of a roofline plot;
 * **utilization**: :func:`gpt_train_flops_per_token`, :func:`mfu` against a
@@ -34,7 +34,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 from torch.utils._pytree import tree_leaves
 
-from .device import Timer, device, device_name, peak_flops, synchronize
+from .device import Timer, device, device_name, median_seconds, peak_flops, synchronize
 
 aten = torch.ops.aten
 
@@ -191,28 +191,6 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
 # --- measured speed -------------------------------------------------------------
 
 
-def median_seconds(fn: Callable[[], object], target_seconds: float = 0.2, rounds: int = 5,
-                   dev: Optional[torch.device] = None) -> float:
-    """Median wall time of one call of ``fn()``, GPU-correct (CUDA events, synchronized).
-
-    One warm-up call, then ``rounds`` timed batches of as many calls as fit in
-    about ``target_seconds / rounds``; the median batch divided by its calls.
-    """
-    dev = dev or device()
-    fn()
-    synchronize(dev)
-    with Timer(dev) as t:
-        fn()
-    inner = max(1, int(target_seconds / rounds / max(t.seconds, 1e-9)))
-    times = []
-    for _ in range(rounds):
-        with Timer(dev) as t:
-            for _ in range(inner):
-                fn()
-        times.append(t.seconds / inner)
-    return statistics.median(times)
-
-
 @contextlib.contextmanager
 def cpu_threads(n: int):
     """Run CPU operators on ``n`` threads inside the block, then restore the setting.
@@ -348,7 +326,7 @@ def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = Non
     out = torch.empty(n, n, device=dev, dtype=DTYPES[dtype])  # reused: time the product, not allocation
     context = _fp32_matmul("tf32" if dtype == "tf32" else "ieee") if dev.type == "cuda" else contextlib.nullcontext()
     with context:
-        seconds = median_seconds(lambda: torch.mm(a, b, out=out), target_seconds=target_seconds, dev=dev)
+        seconds = median_seconds(lambda: torch.mm(a, b, out=out), dev=dev, min_seconds=target_seconds / 5)
     peak = peak_flops(dtype) if dev.type == "cuda" else None
     return MatmulProbe(n=n, dtype=dtype, device=str(dev), seconds=seconds, tflops=2 * n**3 / seconds / 1e12,
                        peak_tflops=peak / 1e12 if peak else None)

@@ -9,7 +9,7 @@ load hits both alike; the ratio of median tokens/s is printed.  Target on a
 CPU: gputrain.train >= 0.95x the plain loop.
 
     python bench/loop_overhead.py                 # tiny GPT, 5 rounds of 150 steps
-    python bench/loop_overhead.py --rounds 9 --steps 300 --progress
+    python bench/loop_overhead.py --rounds 9 --steps 300 --progress --threads 1
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (plain, gputrain)")
     parser.add_argument("--progress", action="store_true", help="keep gputrain's progress bar on")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads for torch (0: its default); 1 is steadier on a shared machine")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = TrainConfig(max_steps=args.steps, eval_interval=0, progress=args.progress, corpus_bytes=400_000)
     print(device.info_line())
     print(f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "

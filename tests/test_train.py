@@ -334,3 +334,66 @@ def test_spike_detector_flags_a_jump_but_not_noise_and_round_trips():
     copy.load_state_dict(det.state_dict())
     assert copy.score(3.0) == det.score(3.0) > 6.0
     assert det.update(3.0) and not det.update(float("nan"))
+
+
+# --- memory and speed switches ------------------------------------------------------
+
+
+def test_activation_checkpointing_saves_memory_without_changing_the_run():
+    from gputrain.memory import is_checkpointed
+
+    plain = T.train(small(max_steps=4, dropout=0.1))
+    recomputed = T.train(small(max_steps=4, dropout=0.1, activation_checkpointing=True))
+    assert is_checkpointed(recomputed.model) and not is_checkpointed(plain.model)
+    # the recomputation replays the same dropout masks: the same losses
+    assert recomputed.losses == pytest.approx(plain.losses, rel=1e-6)
+
+
+@pytest.mark.gpu
+def test_bf16_and_compile_train_on_a_gpu():
+    result = T.train(small(max_steps=30, mixed_precision="bf16", compile=True))
+    assert sum(result.losses[-5:]) < sum(result.losses[:5]) - 5 * 0.5
+
+
+@pytest.mark.gpu
+def test_fp16_scaler_overflows_are_not_counted_as_bad_data():
+    result = T.train(small(max_steps=30, mixed_precision="fp16", max_bad_steps=2))
+    assert result.skipped == [] and sum(result.losses[-5:]) < sum(result.losses[:5])
+
+
+@pytest.mark.gpu
+def test_fp8_runs_where_a_backend_exists_or_says_what_is_missing():
+    import importlib.util
+
+    cfg = small(max_steps=4, n_embd=64, n_head=4, mixed_precision="fp8")
+    has_backend = any(importlib.util.find_spec(m) for m in ("torchao", "transformer_engine", "msamp"))
+    if torch.cuda.get_device_capability() >= (8, 9) and has_backend:
+        assert len(T.train(cfg).losses) == 4
+    else:
+        with pytest.raises(ValueError, match="fp8"):
+            T.train(cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.multiprocess
+def test_fsdp2_through_accelerate_on_gpus(tmp_path):
+    """FSDP2 (Accelerate's plugin, fsdp_version=2) on every GPU, launched for real with torchrun."""
+    import subprocess
+    import sys
+
+    n = min(2, torch.cuda.device_count())
+    flags = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "8",
+             "--corpus-bytes", "60000", "--warmup-steps", "2", "--max-steps", "20", "--eval-interval", "10",
+             "--fsdp", "--no-progress", "--log-dir", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                           str(n), "-m", "gputrain", "train", *flags], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = T.read_history(tmp_path / "metrics.csv")["loss"]
+    assert len(losses) == 20 and sum(losses[-3:]) < sum(losses[:3]) - 3 * 0.5
+
+
+@pytest.mark.parametrize("extra", [{"checkpoint_dir": "ckpt"}, {"patience": 2, "eval_interval": 5}])
+def test_fsdp_with_checkpoints_or_early_stopping_is_refused(monkeypatch, extra):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
+    with pytest.raises(ValueError, match="with fsdp=True are not supported"):
+        T.check_hardware(small(fsdp=True, **extra))

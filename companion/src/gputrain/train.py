@@ -783,9 +783,10 @@ def check_hardware(cfg: TrainConfig) -> None:
     if cfg.fsdp and not cuda:
         raise ValueError("fsdp=True needs CUDA GPUs: Accelerate shards only there (on a CPU it silently runs DDP); "
                          "drop --fsdp")
-    if cfg.fsdp and (cfg.checkpoint_dir or cfg.resume_from):
-        raise ValueError("checkpoints with fsdp=True are not supported by gputrain.train yet; "
-                         "drop --checkpoint-dir/--resume-from or --fsdp")
+    if cfg.fsdp and (cfg.checkpoint_dir or cfg.resume_from or cfg.patience):
+        # both need whole (gathered) weights from sharded DTensors, which this loop does not do yet
+        raise ValueError("checkpoints and early stopping with fsdp=True are not supported by "
+                         "gputrain.train yet; drop --checkpoint-dir/--resume-from/--patience or --fsdp")
 
 
 def make_accelerator(cfg: TrainConfig) -> Accelerator:

@@ -54,6 +54,14 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 @dataclass(kw_only=True)
 class TrainConfig:
+    """Everything one training run needs, validated on construction (chapter 6).
+
+    Each field is a ``gputrain train`` flag whose help is the comment after it;
+    the presets :func:`tiny`, :func:`small` and :func:`gpt2_small` fill in sizes.
+    A bad value raises one ``ValueError`` (a missing file ``FileNotFoundError``)
+    naming the fix.
+    """
+
     # model shape
     vocab_size: int = 256  # output classes; bytes need 256
     block_size: int = 64  # longest context (positions) the model can see
@@ -169,12 +177,12 @@ class TrainConfig:
 
 
 def tiny(**overrides) -> TrainConfig:
-    """A 0.1 M-parameter GPT that learns Python source in a minute on two CPU cores."""
+    """A 0.1 M-parameter GPT that learns Python source in a minute on two CPU cores (chapter 6)."""
     return TrainConfig(**overrides)
 
 
 def small(**overrides) -> TrainConfig:
-    """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, an hour or more on a CPU."""
+    """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, hours on a CPU (chapter 6)."""
     base = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1, corpus_bytes=20_000_000,
                 batch_size=64, max_steps=5000, lr=1e-3, warmup_steps=200, eval_interval=250, eval_batches=20)
     return TrainConfig(**{**base, **overrides})
@@ -182,6 +190,8 @@ def small(**overrides) -> TrainConfig:
 
 def gpt2_small(**overrides) -> TrainConfig:
     """GPT-2 small's shape (12 x 768, context 1024) on bytes, ~0.5 M tokens per step: a GPU preset.
+
+    Launching it on many GPUs is the appendix "Running at scale".
 
     With the 256-byte vocabulary it has 86 M parameters rather than GPT-2's
     124 M (whose 50,257-token vocabulary alone holds 39 M).
@@ -266,7 +276,7 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
 
 
 class EpochSampler(Sampler[int]):
-    """A fresh permutation each epoch, computed from ``(seed, epoch)`` alone.
+    """A fresh permutation each epoch, computed from ``(seed, epoch)`` alone (chapter 6).
 
     The data order is then a pure function of the position (epoch, batch), so
     a resumed run sees exactly the batches the uninterrupted one would have.
@@ -301,7 +311,10 @@ def _batches(loader, accelerator: Accelerator, epoch: int, skip: int) -> Iterato
 
 
 class WithLoss(nn.Module):
-    """Wraps a model that returns logits into the ``model(x, y) -> (logits, loss)`` form :func:`train` expects."""
+    """Wraps a model that returns logits into the ``model(x, y) -> (logits, loss)`` form :func:`train` expects.
+
+    Chapter 6 trains a digit classifier through it.
+    """
 
     def __init__(self, model: nn.Module, loss_fn: Callable = F.cross_entropy):
         super().__init__()
@@ -341,6 +354,8 @@ def train_step(model, batches: list[Batch], optimizer, accelerator: Accelerator,
                accept: Optional[Callable[[float, float], bool]] = None) -> StepStats:
     """One optimizer step over ``batches`` (gradient accumulation): forward, loss, backward, clip, update.
 
+    Chapter 6, "The step, and the loop around it".
+
     ``accept(loss, grad_norm)`` decides whether the update is applied; by
     default only finite values are.  Every process computes the same decision
     because loss and norm are reduced across processes first.
@@ -364,7 +379,7 @@ def train_step(model, batches: list[Batch], optimizer, accelerator: Accelerator,
 
 @torch.no_grad()
 def evaluate(model, loader, accelerator: Optional[Accelerator] = None, max_batches: int = 8) -> float:
-    """Mean loss per sample over up to ``max_batches`` batches (dropout off), across processes.
+    """Mean loss per sample over up to ``max_batches`` batches (dropout off), across processes (chapter 6).
 
     Without an ``accelerator`` each batch is moved to the model's device.
     """
@@ -386,7 +401,7 @@ def evaluate(model, loader, accelerator: Optional[Accelerator] = None, max_batch
 
 
 class StepGuard:
-    """Decides whether a step's update may reach the weights, and remembers why not.
+    """Decides whether a step's update may reach the weights, and remembers why not (chapter 6).
 
     Non-finite loss or gradient norm: skipped and counted.  A loss spike
     (:class:`gputrain.metrics.SpikeDetector`): logged, and skipped too when
@@ -495,7 +510,11 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
 
 def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
                     model_config: Optional[dict] = None, keep: int = 2) -> Path:
-    """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints."""
+    """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints.
+
+    Chapter 6, "Checkpoints that survive a crash": temporary name, fsync of
+    every file and of the directory, then one atomic rename.
+    """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
@@ -568,7 +587,7 @@ class Checkpoint:
 
 
 def read_checkpoint(path) -> Checkpoint:
-    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only)."""
+    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only; chapter 6)."""
     path = find_checkpoint(path)
     try:
         manifest = json.loads((path / "manifest.json").read_text())
@@ -586,8 +605,9 @@ def read_checkpoint(path) -> Checkpoint:
                 return f.metadata() or {}
 
         model_meta, trainer_meta = header("model.safetensors"), header("trainer.safetensors")
-        return Checkpoint(path=path, step=int(manifest["step"]), weights=st_load(blobs["model.safetensors"]),
-                          aliases=json.loads(model_meta["aliases"]), model_config=json.loads(model_meta["model_config"]),
+        return Checkpoint(path=path, step=int(manifest["step"]),
+                          weights=st_load(blobs["model.safetensors"]), aliases=json.loads(model_meta["aliases"]),
+                          model_config=json.loads(model_meta["model_config"]),
                           trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -698,7 +718,7 @@ def read_history(path) -> dict[str, list]:
 
 
 def plot_history(history, axes=None, smooth: int = 10):
-    """Loss (train and validation, spikes and skipped steps marked), learning rate and gradient norm.
+    """Loss (train and validation, spikes and skipped steps marked), learning rate and gradient norm (chapter 6).
 
     ``history`` is a :class:`TrainResult` or the path of a run's metrics.csv.
     Returns the matplotlib figure.

@@ -347,7 +347,11 @@ def test_the_page_arithmetic_matches_the_presets_and_the_memory_model():
 
 
 def test_precision_from_the_program_beats_the_launchers(monkeypatch):
-    """The warning on the page: an explicit mixed_precision wins over ``accelerate launch --mixed_precision``."""
+    """The note on the page: an explicit mixed_precision wins over ``accelerate launch --mixed_precision``.
+
+    (That ``gputrain train`` takes the launcher's value when its own flag is absent is
+    tested in tests/test_train_cli.py.)
+    """
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
@@ -360,7 +364,8 @@ def test_precision_from_the_program_beats_the_launchers(monkeypatch):
     finally:
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
-    assert "gputrain's setting wins" in scale_page()
+    page = scale_page()
+    assert "takes it when its own" in page and "that choice wins" in page
 
 
 @pytest.mark.multiprocess

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from gputrain import checkpoint as C
 from gputrain import train as T
 
 BASE = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000, warmup_steps=3,
@@ -52,7 +53,7 @@ def test_resume_is_bitwise_exact(tmp_path, straight):
     half = STEPS // 2
     with pytest.raises(Interrupt):
         T.train(cfg(checkpoint_dir=str(tmp_path), checkpoint_interval=half), batch_hook=interrupt_at(half + 1))
-    assert [p.name for p in T.list_checkpoints(tmp_path)] == [f"step_{half:08d}"]
+    assert [p.name for p in C.list_checkpoints(tmp_path)] == [f"step_{half:08d}"]
     resumed = T.train(cfg(checkpoint_dir=str(tmp_path), checkpoint_interval=half, resume_from=str(tmp_path)))
     assert resumed.losses == straight.losses  # exact float equality, every step
     assert resumed.val_losses == straight.val_losses and resumed.lrs == straight.lrs
@@ -62,16 +63,16 @@ def test_resume_is_bitwise_exact(tmp_path, straight):
 
 def test_round_trip_keeps_ties_optimizer_and_history(tmp_path):
     result = T.train(cfg(max_steps=4, checkpoint_dir=str(tmp_path)))
-    ckpt = T.read_checkpoint(tmp_path)
+    ckpt = C.read_checkpoint(tmp_path)
     assert ckpt.step == 4 and ckpt.aliases == {"head.weight": "wte.weight"}  # the tied matrix is stored once
     model = T.GPT(cfg().model_config())
-    T.load_weights(model, ckpt.weights, ckpt.aliases)
+    C.load_weights(model, ckpt.weights, ckpt.aliases)
     assert model.head.weight is model.wte.weight  # still tied after loading
     for k, v in result.model.state_dict().items():
         assert torch.equal(model.state_dict()[k], v)
     assert ckpt.trainer["history.losses"].tolist() == result.losses
     assert {k.split(".")[-1] for k in ckpt.trainer if k.startswith("optim.")} == {"step", "exp_avg", "exp_avg_sq"}
-    assert json.loads((ckpt.path / "manifest.json").read_text())["format"] == T.CHECKPOINT_FORMAT
+    assert json.loads((ckpt.path / "manifest.json").read_text())["format"] == C.CHECKPOINT_FORMAT
 
 
 def test_resume_never_unpickles(tmp_path, monkeypatch):
@@ -89,7 +90,7 @@ def test_resume_never_unpickles(tmp_path, monkeypatch):
 
 def test_only_the_newest_checkpoints_are_kept(tmp_path):
     T.train(cfg(max_steps=10, checkpoint_dir=str(tmp_path), checkpoint_interval=2, keep_checkpoints=2))
-    assert [p.name for p in T.list_checkpoints(tmp_path)] == ["step_00000008", "step_00000010"]
+    assert [p.name for p in C.list_checkpoints(tmp_path)] == ["step_00000008", "step_00000010"]
 
 
 def test_early_stopping_state_survives_a_resume(tmp_path):
@@ -113,7 +114,7 @@ def test_early_stopping_state_survives_a_resume(tmp_path):
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
 def test_corrupt_checkpoint_is_one_clear_error_and_nothing_is_overwritten(tmp_path, damage):
     T.train(cfg(max_steps=4, checkpoint_dir=str(tmp_path)))
-    target = T.find_checkpoint(tmp_path) / ("manifest.json" if damage == "manifest" else "trainer.safetensors")
+    target = C.find_checkpoint(tmp_path) / ("manifest.json" if damage == "manifest" else "trainer.safetensors")
     data = bytearray(target.read_bytes())
     if damage == "flip":
         data[len(data) // 2] ^= 0x01  # one bit: safetensors alone would not notice, the sha256 does
@@ -125,7 +126,7 @@ def test_corrupt_checkpoint_is_one_clear_error_and_nothing_is_overwritten(tmp_pa
     else:
         target.write_text("{not json")
     before = snapshot(tmp_path)
-    with pytest.raises(T.CheckpointError, match="is corrupt or incomplete .*resume from an earlier checkpoint") as err:
+    with pytest.raises(C.CheckpointError, match="is corrupt or incomplete .*resume from an earlier checkpoint") as err:
         T.train(cfg(max_steps=8, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path)))
     assert "\n" not in str(err.value)
     assert snapshot(tmp_path) == before
@@ -134,7 +135,7 @@ def test_corrupt_checkpoint_is_one_clear_error_and_nothing_is_overwritten(tmp_pa
 def test_checkpoint_from_another_shape_is_one_clear_error(tmp_path):
     T.train(cfg(max_steps=4, checkpoint_dir=str(tmp_path / "a")))
     before = snapshot(tmp_path)
-    with pytest.raises(T.CheckpointError, match=r"different model: n_embd=32 \(this run: 64\)"):
+    with pytest.raises(C.CheckpointError, match=r"different model: n_embd=32 \(this run: 64\)"):
         T.train(cfg(max_steps=8, n_embd=64, checkpoint_dir=str(tmp_path / "a"), resume_from=str(tmp_path / "a")))
     assert snapshot(tmp_path) == before
 
@@ -152,7 +153,7 @@ def test_a_fresh_run_never_overwrites_another_runs_checkpoints(tmp_path):
 def test_resuming_an_older_checkpoint_past_a_newer_one_is_refused(tmp_path):
     T.train(cfg(max_steps=6, checkpoint_dir=str(tmp_path), checkpoint_interval=3))
     before = snapshot(tmp_path)
-    with pytest.raises(T.CheckpointError, match="step_00000006' is newer than the checkpoint to resume from"):
+    with pytest.raises(C.CheckpointError, match="step_00000006' is newer than the checkpoint to resume from"):
         T.train(cfg(max_steps=8, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path / "step_00000003")))
     assert snapshot(tmp_path) == before
 
@@ -161,12 +162,13 @@ def test_resuming_an_older_checkpoint_past_a_newer_one_is_refused(tmp_path):
 
 KILLER = r"""
 import json, os, signal, sys
+import gputrain.checkpoint as C
 import gputrain.train as T
 
 where = sys.argv[2]
 writes = {"model": 4, "manifest": 6}  # 3 files per checkpoint: the 2nd checkpoint's 1st and 3rd
 count = 0
-write_file, rename = T._write_file, os.rename
+write_file, rename = C._write_file, os.rename
 
 def dying_write(path, data):
     global count
@@ -184,8 +186,8 @@ def dying_rename(src, dst):
         os.kill(os.getpid(), signal.SIGKILL)
     rename(src, dst)
 
-T._write_file = dying_write
-T.os.rename = dying_rename
+C._write_file = dying_write
+C.os.rename = dying_rename
 T.train(T.TrainConfig(**json.loads(sys.argv[1])))
 """
 
@@ -197,9 +199,9 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path, w
     proc = subprocess.run([sys.executable, "-c", KILLER, json.dumps(over), where], capture_output=True, text=True,
                           timeout=300)  # same thread count as this process: bitwise comparable
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert [p.name for p in T.list_checkpoints(tmp_path)] == ["step_00000005"]
+    assert [p.name for p in C.list_checkpoints(tmp_path)] == ["step_00000005"]
     assert list(tmp_path.glob(".step_00000010.tmp"))  # the half-written one, under its temporary name
-    assert T.read_checkpoint(tmp_path).step == 5  # verified by sha256: intact
+    assert C.read_checkpoint(tmp_path).step == 5  # verified by sha256: intact
     resumed = T.train(T.TrainConfig(**over, resume_from=str(tmp_path)))
     straight = T.train(T.TrainConfig(**{**over, "checkpoint_dir": "", "checkpoint_interval": 0}))
     assert resumed.losses == straight.losses

@@ -9,6 +9,7 @@ import scipy.stats
 import torch
 import torch.nn as nn
 
+from gputrain import checkpoint as C
 from gputrain import train as T
 from gputrain.metrics import SpikeDetector
 
@@ -247,7 +248,7 @@ def test_non_finite_steps_in_a_row_stop_the_run_with_the_checkpoint_intact(tmp_p
                 spike_window=0)
     with pytest.raises(T.TrainingDiverged, match=r"3 steps in a row .* \(up to step 9\).*step_00000005"):
         T.train(cfg, batch_hook=hook, **regression())
-    ckpt = T.read_checkpoint(tmp_path)
+    ckpt = C.read_checkpoint(tmp_path)
     assert ckpt.step == 5 and all(torch.isfinite(t).all() for t in ckpt.weights.values())
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gputrain import checkpoint as C
 from gputrain import train as T
 from gputrain.cli import main
 
@@ -28,7 +29,7 @@ def run_dir(tmp_path_factory):
     (root / "empty.txt").write_text("")
     corrupt = root / "corrupt"
     shutil.copytree(root / "ckpt", corrupt)
-    model = T.find_checkpoint(corrupt) / "model.safetensors"
+    model = C.find_checkpoint(corrupt) / "model.safetensors"
     model.write_bytes(model.read_bytes()[:100])
     return root
 
@@ -82,7 +83,7 @@ def test_cli_resumes_a_run(run_dir, tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(run_dir / "ckpt", ckpt)
     assert main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt)]) == 0
-    assert [p.name for p in T.list_checkpoints(ckpt)] == ["step_00000004", "step_00000006"]
+    assert [p.name for p in C.list_checkpoints(ckpt)] == ["step_00000004", "step_00000006"]
 
 
 @pytest.mark.multiprocess
@@ -107,3 +108,15 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
     assert two["loss"] == pytest.approx(one.losses, rel=1e-4)
     assert [v for v in two["val_loss"] if v == v] == pytest.approx([v for _, v in one.val_losses], rel=1e-4)
     assert two["loss"][-1] < two["loss"][0] - 0.5  # and it did learn
+
+
+def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):
+    """accelerate launch --mixed_precision sets ACCELERATE_MIXED_PRECISION; gputrain train honours it."""
+    from gputrain import cli, train as train_module
+
+    seen = []
+    monkeypatch.setattr(train_module, "train", lambda cfg: seen.append(cfg.mixed_precision))
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0"]) == 0
+    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--mixed-precision", "no"]) == 0
+    assert seen == ["bf16", "no"]

@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .device import device, device_name, synchronize, write_result
-from .metrics import ThroughputMeter, _fp32_matmul, cpu_threads, gpt_train_flops_per_token, mfu, peak_for_mfu
+from .metrics import ThroughputMeter, cpu_threads, fp32_matmul, gpt_train_flops_per_token, mfu, peak_for_mfu
 from .model import GPT, CausalSelfAttention, GPTConfig
 
 # (name, what changes, why it can help) in ladder order.
@@ -282,7 +282,7 @@ class Rung:
         """Precision switches for this rung's step (set per step: rungs alternate)."""
         stack = contextlib.ExitStack()
         if self.dev.type == "cuda":
-            stack.enter_context(_fp32_matmul("tf32" if self.recipe.tf32 else "ieee"))
+            stack.enter_context(fp32_matmul("tf32" if self.recipe.tf32 else "ieee"))
         return stack
 
     def step(self) -> torch.Tensor:

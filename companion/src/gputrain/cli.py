@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import re
 import sys
 from typing import Optional, Sequence
@@ -71,6 +72,9 @@ def _cmd_train(args) -> int:
 
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
+    launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by accelerate launch --mixed_precision
+    if "mixed_precision" not in overrides and launcher_precision:
+        overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
     cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
     try:
         train(cfg)  # prints its own summary line on the main process

@@ -265,8 +265,14 @@ DTYPES: dict[str, torch.dtype] = {
 
 
 @contextlib.contextmanager
-def _fp32_matmul(precision: str):
-    """Let float32 products use TF32 tensor cores ("tf32") or forbid it ("ieee")."""
+def fp32_matmul(precision: str):
+    """Let float32 matrix products use TF32 tensor cores ("tf32") or forbid it ("ieee"), inside the block.
+
+    TF32 keeps float32's range with a 10-bit mantissa (chapter 7); on Ampere and
+    newer GPUs it runs float32 products on tensor cores ("Making it fast").
+    """
+    if precision not in ("tf32", "ieee"):
+        raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
     knob = torch.backends.cuda.matmul
     name, value = "fp32_precision", precision
     try:
@@ -324,7 +330,7 @@ def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = Non
     a = torch.randn(n, n, device=dev, dtype=DTYPES[dtype], generator=gen)  # (n, n)
     b = torch.randn(n, n, device=dev, dtype=DTYPES[dtype], generator=gen)  # (n, n)
     out = torch.empty(n, n, device=dev, dtype=DTYPES[dtype])  # reused: time the product, not allocation
-    context = _fp32_matmul("tf32" if dtype == "tf32" else "ieee") if dev.type == "cuda" else contextlib.nullcontext()
+    context = fp32_matmul("tf32" if dtype == "tf32" else "ieee") if dev.type == "cuda" else contextlib.nullcontext()
     with context:
         seconds = median_seconds(lambda: torch.mm(a, b, out=out), dev=dev, min_seconds=target_seconds / 5)
     peak = peak_flops(dtype) if dev.type == "cuda" else None

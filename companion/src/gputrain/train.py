@@ -16,34 +16,29 @@ and JSON, so resuming never unpickles anything and is bitwise exact on a CPU.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
-import hashlib
-import json
 import math
-import os
-import random
-import re
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DistributedType, GradientAccumulationPlugin, set_seed
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
+from .checkpoint import (Checkpoint, CheckpointError, check_compatible, list_checkpoints, load_trainer_state,
+                         load_weights, read_best_weights, read_checkpoint, save_best_weights, save_checkpoint,
+                         weights_of)
 from .data import TokenDataset, python_corpus, read_text_files, split_tokens
-from .metrics import SpikeDetector
+from .metrics import SpikeDetector, fp32_matmul
 from .model import GPT, GPTConfig
 from .schedule import warmup_constant, warmup_cosine
 
@@ -88,6 +83,7 @@ class TrainConfig:
     # speed and memory
     mixed_precision: str = "no"  # 'no', 'bf16', 'fp16' (CUDA) or 'fp8' (Hopper + torchao/TE), via Accelerate
     compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
+    tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)
     fsdp: bool = False  # shard with FSDP2 through Accelerate (CUDA, distributed launch)
     # validation and early stopping
@@ -337,7 +333,9 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    # fused: one kernel updates every parameter on a GPU ("Making it fast"); on a CPU the
+    # plain implementation is as fast and keeps results identical across torch builds
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=torch.cuda.is_available())
 
 
 # --- 4. the step --------------------------------------------------------------
@@ -433,241 +431,7 @@ class TrainingDiverged(RuntimeError):
     """Too many non-finite steps in a row: the run stopped, the last good checkpoint is intact."""
 
 
-# --- 5. checkpoints -------------------------------------------------------------
-# A checkpoint is a directory step_00000100/ holding model.safetensors (the
-# weights), trainer.safetensors (optimizer tensors, RNG states, loss history;
-# everything else as JSON in its metadata) and manifest.json (sha256 of both).
-# It is written under a temporary name, every file fsynced, then renamed: a
-# crash at any moment leaves either the old set of checkpoints or the new one.
-
-CHECKPOINT_FORMAT = "gputrain-checkpoint-1"
-_STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: corrupt, from another model shape, or missing."""
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write bytes and force them to the disk (fsync) before returning."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename or a new file inside ``path`` durable (the directory entry itself)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """A single file replaced all-or-nothing: temporary name, fsync, rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    _write_file(tmp, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """State dict without tied duplicates (safetensors stores each tensor once) and the alias map."""
-    tensors, aliases, seen = {}, {}, {}
-    for name, t in model.state_dict().items():
-        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-        if t.numel() and key in seen:
-            aliases[name] = seen[key]  # e.g. head.weight -> wte.weight (weight tying)
-            continue
-        seen[key] = name
-        tensors[name] = t.detach().to("cpu", copy=True).contiguous()
-    return tensors, aliases
-
-
-def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
-    tensors = {"rng.torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = s
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    meta = {"python": random.getstate(), "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
-    return tensors, meta
-
-
-def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")),
-                                        key=lambda k: int(k.rsplit(".", 1)[1]))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
-    version, state, gauss = meta["python"]
-    random.setstate((version, tuple(state), gauss))
-    name, keys, pos, has_gauss, cached = meta["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
-                    model_config: Optional[dict] = None, keep: int = 2) -> Path:
-    """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints.
-
-    Chapter 6, "Checkpoints that survive a crash": temporary name, fsync of
-    every file and of the directory, then one atomic rename.
-    """
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
-        shutil.rmtree(stale, ignore_errors=True)
-    final, tmp = root / f"step_{step:08d}", root / f".step_{step:08d}.tmp"
-    tmp.mkdir()
-    weights, aliases = _weights(model)
-    model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases),
-                  "model_config": json.dumps(model_config)}
-    trainer, meta = {}, {"format": CHECKPOINT_FORMAT, "step": step, "progress": progress}
-    opt_state = optimizer.state_dict()
-    meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
-    for idx, state in opt_state["state"].items():
-        for key, value in state.items():
-            if torch.is_tensor(value):
-                trainer[f"optim.{idx}.{key}"] = value.detach().to("cpu", copy=True).contiguous()
-            else:
-                meta["optimizer"]["scalars"][f"{idx}.{key}"] = value
-    # LambdaLR stores None for plain-function multipliers: counters and rates are all there is to save
-    meta["scheduler"] = scheduler.state_dict()
-    rng_tensors, meta["rng"] = _rng_state()
-    trainer.update(rng_tensors)
-    for name in ("losses", "lrs", "grad_norms"):
-        trainer[f"history.{name}"] = torch.tensor(progress.pop(name), dtype=torch.float64)
-    files = {"model.safetensors": st_save(weights, metadata=model_meta),
-             "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)})}
-    for name, data in files.items():
-        _write_file(tmp / name, data)
-    manifest = {"format": CHECKPOINT_FORMAT, "step": step,
-                "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
-    _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
-    _fsync_dir(tmp)
-    os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
-    _fsync_dir(root)
-    for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def list_checkpoints(directory) -> list[Path]:
-    """Complete checkpoints in ``directory``, oldest first."""
-    root = Path(directory)
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()] \
-        if root.is_dir() else []
-    return [p for _, p in sorted(found)]
-
-
-def find_checkpoint(path) -> Path:
-    """``path`` itself if it is a checkpoint, else the newest checkpoint inside it."""
-    path = Path(path)
-    if (path / "manifest.json").exists():
-        return path
-    found = list_checkpoints(path)
-    if not found:
-        raise CheckpointError(f"no checkpoint in {str(path)!r}; pass a step_... directory written by gputrain")
-    return found[-1]
-
-
-@dataclass
-class Checkpoint:
-    """A checkpoint read and verified in memory; nothing has been applied yet."""
-
-    path: Path
-    step: int
-    weights: dict[str, torch.Tensor]
-    aliases: dict[str, str]
-    model_config: Optional[dict]
-    trainer: dict[str, torch.Tensor]
-    meta: dict
-
-
-def read_checkpoint(path) -> Checkpoint:
-    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only; chapter 6)."""
-    path = find_checkpoint(path)
-    try:
-        manifest = json.loads((path / "manifest.json").read_text())
-        if manifest.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-        blobs = {}
-        for name, digest in manifest["sha256"].items():
-            blobs[name] = (path / name).read_bytes()
-            if hashlib.sha256(blobs[name]).hexdigest() != digest:
-                raise ValueError(f"{name} does not match its sha256 in manifest.json")
-        from safetensors import safe_open  # metadata lives in the header; load() returns tensors only
-
-        def header(name):
-            with safe_open(path / name, framework="pt") as f:
-                return f.metadata() or {}
-
-        model_meta, trainer_meta = header("model.safetensors"), header("trainer.safetensors")
-        return Checkpoint(path=path, step=int(manifest["step"]),
-                          weights=st_load(blobs["model.safetensors"]), aliases=json.loads(model_meta["aliases"]),
-                          model_config=json.loads(model_meta["model_config"]),
-                          trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
-    except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); "
-                              "resume from an earlier checkpoint") from None
-
-
-def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
-    """One clear error when the checkpoint was written by a model of another shape."""
-    shape = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")  # not dropout: no shape
-    if ckpt.model_config and model_config and any(ckpt.model_config.get(k) != model_config[k] for k in shape):
-        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config[k]})" for k in shape
-                         if ckpt.model_config.get(k) != model_config[k])
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
-                              "resume with the checkpoint's shape or start a fresh checkpoint_dir")
-    own = model.state_dict()
-    for name, t in ckpt.weights.items():
-        if name not in own or tuple(own[name].shape) != tuple(t.shape):
-            have = tuple(own[name].shape) if name in own else "missing"
-            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
-                                  f"this model has {have}; resume with the model that wrote it")
-
-
-def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
-    """Copy ``weights`` into ``model``; tied weights are filled in through their alias."""
-    state = dict(weights)
-    for alias, target in aliases.items():
-        state[alias] = state[target]
-    model.load_state_dict(state)
-
-
-def _read_best(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="pt") as f:
-        aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
-    return st_load(path.read_bytes()), aliases
-
-
-def load_trainer_state(ckpt: Checkpoint, optimizer, scheduler) -> dict:
-    """Restore optimizer, scheduler and RNG states; return the saved progress (counters and history)."""
-    meta = ckpt.meta
-    state: dict[int, dict] = {}
-    for key, value in ckpt.trainer.items():
-        if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = value
-    for key, value in meta["optimizer"]["scalars"].items():
-        idx, name = key.split(".", 1)
-        state.setdefault(int(idx), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
-    scheduler.load_state_dict(meta["scheduler"])
-    _set_rng_state(ckpt.trainer, meta["rng"])
-    progress = dict(meta["progress"])
-    for name in ("losses", "lrs", "grad_norms"):
-        progress[name] = ckpt.trainer[f"history.{name}"].tolist()
-    return progress
-
-
-# --- 6. logging ---------------------------------------------------------------
+# --- 5. logging ---------------------------------------------------------------
 
 LOG_COLUMNS = ("step", "epoch", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "event")
 
@@ -754,7 +518,7 @@ def plot_history(history, axes=None, smooth: int = 10):
     return fig
 
 
-# --- 7. train ---------------------------------------------------------------------
+# --- 6. train ---------------------------------------------------------------------
 
 
 @dataclass
@@ -869,7 +633,7 @@ class _BestWeights:
     def __init__(self, cfg: TrainConfig, progress: dict, ckpt: Optional[Checkpoint]):
         self.cfg, self.progress, self.state = cfg, progress, None
         if ckpt and cfg.patience and progress["best_step"]:
-            self.state = _read_best(ckpt.path.parent / "best.safetensors")
+            self.state = read_best_weights(ckpt.path.parent / "best.safetensors")
 
     def update(self, step: int, val: float, model: nn.Module, main_process: bool) -> bool:
         """Record a validation loss; return True when the patience has run out."""
@@ -877,11 +641,9 @@ class _BestWeights:
         if val < p["best_val"]:
             p.update(best_val=val, best_step=step, evals_since_best=0)
             if self.cfg.patience:  # a CPU copy of the weights, and one on disk for a resumed run
-                self.state = _weights(model)
+                self.state = weights_of(model)
                 if self.cfg.checkpoint_dir and main_process:
-                    Path(self.cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-                    _write_atomic(Path(self.cfg.checkpoint_dir) / "best.safetensors",
-                                  st_save(self.state[0], metadata={"aliases": json.dumps(self.state[1])}))
+                    save_best_weights(self.cfg.checkpoint_dir, self.state)
             return False
         p["evals_since_best"] += 1
         return bool(self.cfg.patience) and p["evals_since_best"] >= self.cfg.patience
@@ -898,6 +660,13 @@ def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Op
     Every bad input (config, data, checkpoint) raises before anything is
     written.  Chapter 6 explains every line.
     """
+    matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
+    with matmuls:
+        return _train(cfg, model=model, train_data=train_data, val_data=val_data, batch_hook=batch_hook)
+
+
+def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional[Dataset],
+           val_data: Optional[Dataset], batch_hook: Optional[Callable[[int, Batch], Batch]]) -> TrainResult:
     check_hardware(cfg)
     if (model is None) != (train_data is None) or (train_data is None) != (val_data is None):
         raise ValueError("pass model, train_data and val_data together, or none of them")

@@ -1,0 +1,272 @@
+"""Checkpoints that survive a crash (chapter 6).
+
+A checkpoint is a directory ``step_00000100/`` holding ``model.safetensors``
+(the weights), ``trainer.safetensors`` (optimizer tensors, RNG states, loss
+history; everything else as JSON in its metadata) and ``manifest.json``
+(sha256 of both).  It is written under a temporary name, every file fsynced,
+then renamed: a crash at any moment leaves either the old set of checkpoints
+or the new one.  Nothing is ever unpickled when one is read back, so a
+checkpoint from an untrusted source cannot run code.  ``gputrain.train`` saves
+and resumes through these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+# A checkpoint is a directory step_00000100/ holding model.safetensors (the
+# weights), trainer.safetensors (optimizer tensors, RNG states, loss history;
+# everything else as JSON in its metadata) and manifest.json (sha256 of both).
+# It is written under a temporary name, every file fsynced, then renamed: a
+# crash at any moment leaves either the old set of checkpoints or the new one.
+
+CHECKPOINT_FORMAT = "gputrain-checkpoint-1"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt, from another model shape, or missing."""
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write bytes and force them to the disk (fsync) before returning."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new file inside ``path`` durable (the directory entry itself)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """A single file replaced all-or-nothing: temporary name, fsync, rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    _write_file(tmp, data)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def weights_of(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict without tied duplicates (safetensors stores each tensor once) and the alias map."""
+    tensors, aliases, seen = {}, {}, {}
+    for name, t in model.state_dict().items():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]  # e.g. head.weight -> wte.weight (weight tying)
+            continue
+        seen[key] = name
+        tensors[name] = t.detach().to("cpu", copy=True).contiguous()
+    return tensors, aliases
+
+
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    meta = {"python": random.getstate(), "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
+    return tensors, meta
+
+
+def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")),
+                                        key=lambda k: int(k.rsplit(".", 1)[1]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+    version, state, gauss = meta["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
+                    model_config: Optional[dict] = None, keep: int = 2) -> Path:
+    """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints.
+
+    Chapter 6, "Checkpoints that survive a crash": temporary name, fsync of
+    every file and of the directory, then one atomic rename.
+    """
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    final, tmp = root / f"step_{step:08d}", root / f".step_{step:08d}.tmp"
+    tmp.mkdir()
+    weights, aliases = weights_of(model)
+    model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases),
+                  "model_config": json.dumps(model_config)}
+    trainer, meta = {}, {"format": CHECKPOINT_FORMAT, "step": step, "progress": progress}
+    opt_state = optimizer.state_dict()
+    meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
+    for idx, state in opt_state["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                trainer[f"optim.{idx}.{key}"] = value.detach().to("cpu", copy=True).contiguous()
+            else:
+                meta["optimizer"]["scalars"][f"{idx}.{key}"] = value
+    # LambdaLR stores None for plain-function multipliers: counters and rates are all there is to save
+    meta["scheduler"] = scheduler.state_dict()
+    rng_tensors, meta["rng"] = _rng_state()
+    trainer.update(rng_tensors)
+    for name in ("losses", "lrs", "grad_norms"):
+        trainer[f"history.{name}"] = torch.tensor(progress.pop(name), dtype=torch.float64)
+    files = {"model.safetensors": st_save(weights, metadata=model_meta),
+             "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)})}
+    for name, data in files.items():
+        _write_file(tmp / name, data)
+    manifest = {"format": CHECKPOINT_FORMAT, "step": step,
+                "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
+    _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+    _fsync_dir(tmp)
+    os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
+    _fsync_dir(root)
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(directory) -> list[Path]:
+    """Complete checkpoints in ``directory``, oldest first."""
+    root = Path(directory)
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()] \
+        if root.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def find_checkpoint(path) -> Path:
+    """``path`` itself if it is a checkpoint, else the newest checkpoint inside it."""
+    path = Path(path)
+    if (path / "manifest.json").exists():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(f"no checkpoint in {str(path)!r}; pass a step_... directory written by gputrain")
+    return found[-1]
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read and verified in memory; nothing has been applied yet."""
+
+    path: Path
+    step: int
+    weights: dict[str, torch.Tensor]
+    aliases: dict[str, str]
+    model_config: Optional[dict]
+    trainer: dict[str, torch.Tensor]
+    meta: dict
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only; chapter 6)."""
+    path = find_checkpoint(path)
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+        if manifest.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
+        blobs = {}
+        for name, digest in manifest["sha256"].items():
+            blobs[name] = (path / name).read_bytes()
+            if hashlib.sha256(blobs[name]).hexdigest() != digest:
+                raise ValueError(f"{name} does not match its sha256 in manifest.json")
+        from safetensors import safe_open  # metadata lives in the header; load() returns tensors only
+
+        def header(name):
+            with safe_open(path / name, framework="pt") as f:
+                return f.metadata() or {}
+
+        model_meta, trainer_meta = header("model.safetensors"), header("trainer.safetensors")
+        return Checkpoint(path=path, step=int(manifest["step"]),
+                          weights=st_load(blobs["model.safetensors"]), aliases=json.loads(model_meta["aliases"]),
+                          model_config=json.loads(model_meta["model_config"]),
+                          trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
+    except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); "
+                              "resume from an earlier checkpoint") from None
+
+
+def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
+    """One clear error when the checkpoint was written by a model of another shape."""
+    shape = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")  # not dropout: no shape
+    if ckpt.model_config and model_config and any(ckpt.model_config.get(k) != model_config[k] for k in shape):
+        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config[k]})" for k in shape
+                         if ckpt.model_config.get(k) != model_config[k])
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
+                              "resume with the checkpoint's shape or start a fresh checkpoint_dir")
+    own = model.state_dict()
+    for name, t in ckpt.weights.items():
+        if name not in own or tuple(own[name].shape) != tuple(t.shape):
+            have = tuple(own[name].shape) if name in own else "missing"
+            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
+                                  f"this model has {have}; resume with the model that wrote it")
+
+
+def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """Copy ``weights`` into ``model``; tied weights are filled in through their alias."""
+    state = dict(weights)
+    for alias, target in aliases.items():
+        state[alias] = state[target]
+    model.load_state_dict(state)
+
+
+def save_best_weights(directory, state: tuple[dict[str, torch.Tensor], dict[str, str]]) -> Path:
+    """Write early stopping's best weights (from :func:`weights_of`) to ``directory/best.safetensors``, atomically."""
+    path = Path(directory) / "best.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, st_save(state[0], metadata={"aliases": json.dumps(state[1])}))
+    return path
+
+
+def read_best_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The weights written by :func:`save_best_weights` and their tied-parameter aliases."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    return st_load(path.read_bytes()), aliases
+
+
+def load_trainer_state(ckpt: Checkpoint, optimizer, scheduler) -> dict:
+    """Restore optimizer, scheduler and RNG states; return the saved progress (counters and history)."""
+    meta = ckpt.meta
+    state: dict[int, dict] = {}
+    for key, value in ckpt.trainer.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    for key, value in meta["optimizer"]["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    scheduler.load_state_dict(meta["scheduler"])
+    _set_rng_state(ckpt.trainer, meta["rng"])
+    progress = dict(meta["progress"])
+    for name in ("losses", "lrs", "grad_norms"):
+        progress[name] = ckpt.trainer[f"history.{name}"].tolist()
+    return progress
+
+

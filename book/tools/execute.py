@@ -36,6 +36,9 @@ def inputs_hash(nb) -> str:
 
 def execute(path: Path, force: bool = False, timeout: int = 900) -> bool:
     nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):  # cells added by scripts may lack the id nbformat 4.5 requires
+        if "id" not in cell:
+            cell["id"] = hashlib.sha1(f"{path.name}:{i}:{cell.source}".encode()).hexdigest()[:12]
     digest = inputs_hash(nb)
     if not force and nb.metadata.get(KEY) == digest:
         print(f"{path}: unchanged, skipped")

@@ -47,7 +47,7 @@ browser-deps:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
 
 test: vendor browser-deps
-	$(PY) -m pytest -c tests/pytest.ini tests $(NB) $(PYTEST_ARGS)
+	$(PY) -m pytest -c tests/pytest.ini --rootdir=. tests $(NB) $(PYTEST_ARGS)
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

@@ -84,16 +84,42 @@ def test_missing_data_file_and_missing_resume_are_file_errors(tmp_path):
         T.TrainConfig(resume_from=str(tmp_path / "nothing"))
 
 
-def test_hf_data_needs_datasets_or_loads_local_files(tmp_path):
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(ValueError, match="needs the datasets package: pip install datasets"):
-            T.TrainConfig(data="hf:wikitext")
-        return
-    (tmp_path / "a.txt").write_text("def f(x):\n    return x\n" * 500)
-    cfg = small(data=f"hf:{tmp_path}", corpus_bytes=5_000)
-    assert T.load_text(cfg).startswith("def f(x):")
+def test_hf_data_without_the_datasets_package_is_one_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
+    with pytest.raises(ValueError, match="needs the datasets package: pip install datasets"):
+        T.TrainConfig(data="hf:wikitext")
+
+
+def hf_local_dataset(folder):
+    """A local JSON-lines dataset whose text column is not the first column."""
+    import json
+
+    folder.mkdir()
+    with open(folder / "part.jsonl", "w") as f:
+        for i in range(400):
+            f.write(json.dumps({"id": i, "text": f"def f{i}(x):\n    return x + {i}\n"}) + "\n")
+    return folder
+
+
+def test_hf_dataset_from_local_files_trains(tmp_path):
+    pytest.importorskip("datasets", reason="the book extra installs datasets; pip install datasets")
+    folder = hf_local_dataset(tmp_path / "ds")
+    cfg = small(data=f"hf:{folder}:train", corpus_bytes=8_000, max_steps=3, seq_len=16)
+    text = T.load_text(cfg)
+    assert text.startswith("def f0(x):\n    return x + 0\n\ndef f1(x):")  # the text column, rows joined by newlines
+    assert 7_900 <= len(text.encode()) <= 8_000  # corpus_bytes caps what is read
+    assert len(T.train(cfg).losses) == 3
+
+
+def test_hf_dataset_bad_split_or_name_is_one_clear_error(tmp_path):
+    pytest.importorskip("datasets", reason="the book extra installs datasets; pip install datasets")
+    folder = hf_local_dataset(tmp_path / "ds")
+    with pytest.raises(ValueError, match=r"could not load it \(Unknown split .*nosuch.*check the name and split"):
+        T.load_text(small(data=f"hf:{folder}:nosuch"))
+    with pytest.raises(ValueError, match="could not load it"):
+        T.load_text(small(data=f"hf:{tmp_path / 'no_such_folder_or_hub_name'}"))
 
 
 def test_tensorboard_without_the_package_is_one_clear_error(tmp_path):

@@ -244,7 +244,12 @@ def load_text(cfg: TrainConfig) -> str:
     import datasets
 
     name, _, split = source[3:].partition(":")
-    ds = datasets.load_dataset(name, split=split or "train")
+    try:
+        ds = datasets.load_dataset(name, split=split or "train")
+    except (ValueError, OSError) as exc:  # unknown split, no such dataset, offline: one line, not a traceback
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"data={cfg.data!r}: Hugging Face datasets could not load it ({first_line}); "
+                         "check the name and split, or pass local files") from None
     column = "text" if "text" in ds.column_names else ds.column_names[0]
     parts, total = [], 0
     for row in ds:

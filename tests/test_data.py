@@ -189,7 +189,7 @@ def _naive_train(text: str, vocab_size: int) -> list[tuple[int, int]]:
             break
         pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))  # ties: smallest pair
         merges.append(pair)
-        words = [data._merge(w, pair, new) for w in words]
+        words = [data.tokenizer._merge(w, pair, new) for w in words]
     return merges
 
 

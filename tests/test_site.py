@@ -45,6 +45,23 @@ def test_book_builds_without_warnings(site):
         assert (site / "chapters" / f"{stem}.html").exists()
 
 
+def test_the_executing_build_loads_its_config(tmp_path):
+    """`make book EXECUTE=1` builds from a copy of _config.yml in _build/: its paths must still resolve.
+
+    One page, no notebooks: this checks the configuration (extensions, paths,
+    jupyter-cache settings), not the execution, which nbval covers.
+    """
+    import yaml
+    from build import build, config_path
+
+    config = yaml.safe_load(config_path(execute=True).read_text(encoding="utf-8"))
+    assert config["execute"]["execute_notebooks"] == "cache"
+    toc = tmp_path / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: book/intro\n", encoding="utf-8")
+    html = build(execute=True, strict=False, toc=toc, output=tmp_path)  # links to other pages dangle here
+    assert "MathJax" in (html / "book" / "intro.html").read_text(encoding="utf-8")
+
+
 def test_site_assets_are_local(site):
     """No page loads a script or stylesheet from another host."""
     external = re.compile(r'<(?:script|link)[^>]+(?:src|href)="(https?:)?//[^"]+"')

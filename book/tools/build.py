@@ -30,20 +30,26 @@ def config_path(execute: bool) -> Path:
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
     config["execute"]["execute_notebooks"] = "cache"
     config["execute"]["cache"] = str(BUILD / ".jupyter_cache")
+    # Jupyter Book resolves local_extensions against the config file's folder,
+    # which for this copy is _build/: make them absolute.
+    local = config.get("sphinx", {}).get("local_extensions") or {}
+    for name, folder in local.items():
+        local[name] = str((ROOT / folder).resolve())
     BUILD.mkdir(exist_ok=True)
     out = BUILD / "_config_execute.yml"
     out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return out
 
 
-def build(execute: bool = False, strict: bool = True) -> Path:
+def build(execute: bool = False, strict: bool = True, toc: Path = ROOT / "_toc.yml", output: Path = ROOT) -> Path:
+    """Build the pages ``toc`` lists into ``output/_build/html`` and return that folder."""
     vendor()
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(ROOT),
-           "--config", str(config_path(execute)), "--toc", str(ROOT / "_toc.yml")]
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(output),
+           "--config", str(config_path(execute)), "--toc", str(toc)]
     if strict:
         cmd += ["-W", "--keep-going"]
     subprocess.run(cmd, check=True, cwd=ROOT)
-    return BUILD / "html"
+    return output / "_build" / "html"
 
 
 if __name__ == "__main__":

@@ -222,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--dry-run", action="store_true", help="print the plan (rungs, skips) and exit")
     p_bench.add_argument("--loop-overhead", action=argparse.BooleanOptionalAction, default=None,
                          help="also run bench/loop_overhead.py: gputrain.train vs a plain loop (default: on cpu)")
-    p_bench.add_argument("--loop-steps", type=int, default=60, help="steps per loop-overhead run (default: 60)")
-    p_bench.add_argument("--loop-rounds", type=int, default=5, help="loop-overhead rounds (default: 5)")
+    p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
+    p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
     _add_config_flags(p_bench, LadderConfig)
     p_bench.set_defaults(func=_cmd_bench)
     return parser

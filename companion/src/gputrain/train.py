@@ -12,16 +12,20 @@ stopping that restores the best weights, a loss-spike detector, a guard that
 never lets a non-finite loss or gradient reach the weights, a CSV log, and
 checkpoints written atomically (temporary name, fsync, rename) in safetensors
 and JSON, so resuming never unpickles anything and is bitwise exact on a CPU.
+
+The configuration (:mod:`gputrain.config`), the log (:mod:`gputrain.runlog`)
+and the checkpoints (:mod:`gputrain.checkpoint`) have modules of their own;
+``TrainConfig``, its presets, ``read_history`` and ``plot_history`` are
+re-exported here, so ``from gputrain.train import TrainConfig, train`` is all
+a script needs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import glob
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -37,201 +41,16 @@ from tqdm.auto import tqdm
 from .checkpoint import (Checkpoint, CheckpointError, check_compatible, list_checkpoints, load_trainer_state,
                          load_weights, read_best_weights, read_checkpoint, save_best_weights, save_checkpoint,
                          weights_of)
+from .config import PRESETS, TrainConfig, data_source, gpt2_small, preset_config, small, tiny  # noqa: F401
 from .data import TokenDataset, python_corpus, read_text_files, split_tokens
 from .metrics import SpikeDetector, fp32_matmul
-from .model import GPT, GPTConfig
+from .model import GPT
+from .runlog import LOG_COLUMNS, RunLog, plot_history, read_history  # noqa: F401
 from .schedule import warmup_constant, warmup_cosine
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-# --- 1. configuration ---------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class TrainConfig:
-    """Everything one training run needs, validated on construction (chapter 6).
-
-    Each field is a ``gputrain train`` flag whose help is the comment after it;
-    the presets :func:`tiny`, :func:`small` and :func:`gpt2_small` fill in sizes.
-    A bad value raises one ``ValueError`` (a missing file ``FileNotFoundError``)
-    naming the fix.
-    """
-
-    # model shape
-    vocab_size: int = 256  # output classes; bytes need 256
-    block_size: int = 64  # longest context (positions) the model can see
-    n_layer: int = 2  # transformer blocks
-    n_head: int = 4  # attention heads per block
-    n_embd: int = 64  # width C of the residual stream
-    dropout: float = 0.0  # dropout probability in attention and MLP outputs
-    # data
-    data: str = "stdlib"  # 'stdlib' (Python's own source), text files 'a.txt,dir/*.py', or 'hf:NAME[:SPLIT]'
-    corpus_bytes: int = 400_000  # at most this many bytes of text are read
-    seq_len: int = 0  # tokens per training window T (0: the model's block_size)
-    val_fraction: float = 0.1  # trailing share of the text held out for validation
-    # batch
-    batch_size: int = 32  # sequences per micro-batch, per process
-    grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
-    max_steps: int = 200  # optimizer steps to run
-    # optimisation
-    lr: float = 3e-3  # peak learning rate (AdamW)
-    schedule: str = "cosine"  # 'cosine' (decay to min_lr_ratio) or 'constant', both after warmup
-    warmup_steps: int = 20  # linear warmup steps before the schedule
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices (not biases, norms)
-    grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
-    # speed and memory
-    mixed_precision: str = "no"  # 'no', 'bf16', 'fp16' (CUDA) or 'fp8' (Hopper + torchao/TE), via Accelerate
-    compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
-    tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
-    activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)
-    fsdp: bool = False  # shard with FSDP2 through Accelerate (CUDA, distributed launch)
-    # validation and early stopping
-    eval_interval: int = 50  # steps between validation passes (0 disables)
-    eval_batches: int = 8  # batches per validation pass
-    patience: int = 0  # validation passes without improvement before stopping (0 never stops early)
-    # stability
-    spike_window: int = 50  # past losses the spike detector compares with (0 disables it)
-    spike_threshold: float = 6.0  # robust z-score above which a loss counts as a spike
-    skip_spikes: bool = False  # drop the update of a step whose loss spikes (else only log it)
-    max_bad_steps: int = 5  # non-finite steps in a row that stop the run
-    # checkpoints
-    checkpoint_dir: str = ""  # directory for checkpoints ('' writes none)
-    checkpoint_interval: int = 0  # steps between checkpoints (0: only at the end)
-    keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    resume_from: str = ""  # checkpoint directory (or a checkpoint_dir: its latest) to continue from
-    # logging
-    log_dir: str = ""  # directory for metrics.csv ('' writes none)
-    tensorboard: bool = False  # also log to TensorBoard in log_dir (needs the tensorboard package)
-    progress: bool = True  # progress bar and event messages on the main process
-    seed: int = 1337  # seeds Python, NumPy, torch and the data order
-
-    def __post_init__(self) -> None:
-        for f in fields(self):  # types first: every later check may compare numbers
-            value, kind = getattr(self, f.name), type(f.default)
-            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                ok = True
-            if not ok:
-                raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
-        positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes", "batch_size",
-                    "grad_accum_steps", "max_steps", "eval_batches", "max_bad_steps", "keep_checkpoints")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
-                     "spike_window", "checkpoint_interval", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.vocab_size < 256:
-            raise ValueError(f"vocab_size={self.vocab_size} is too small for bytes; use at least 256")
-        if self.seq_len > self.block_size:
-            raise ValueError(f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
-                             "lower --seq-len or raise --block-size")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
-                             "shorten the warmup")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.mixed_precision not in ("no", "bf16", "fp16", "fp8"):
-            raise ValueError(f"mixed_precision must be one of no, bf16, fp16, fp8; got {self.mixed_precision!r}")
-        if not self.spike_threshold > 0:
-            raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
-        if self.spike_window == 1:
-            raise ValueError("spike_window must be 0 (off) or >= 2 losses")
-        if self.patience and not self.eval_interval:
-            raise ValueError("patience needs validation passes; set eval_interval > 0")
-        if self.checkpoint_interval and not self.checkpoint_dir:
-            raise ValueError("checkpoint_interval needs a checkpoint_dir to write to")
-        if self.tensorboard:
-            if not self.log_dir:
-                raise ValueError("tensorboard needs a log_dir to write to")
-            try:
-                import tensorboard  # noqa: F401
-            except ImportError:
-                raise ValueError("tensorboard=True needs the tensorboard package: pip install tensorboard") from None
-        if self.resume_from and not Path(self.resume_from).exists():
-            raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
-                                    "pass a checkpoint directory written by gputrain")
-        data_source(self)  # missing files or a missing datasets package fail here, before anything runs
-        self.model_config()  # the model validates its own shape (n_embd divisible by n_head, ...)
-
-    @property
-    def window(self) -> int:
-        """Tokens per training window: ``seq_len``, or the whole context when it is 0."""
-        return self.seq_len or self.block_size
-
-    def model_config(self) -> GPTConfig:
-        return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout)
-
-
-def tiny(**overrides) -> TrainConfig:
-    """A 0.1 M-parameter GPT that learns Python source in a minute on two CPU cores (chapter 6)."""
-    return TrainConfig(**overrides)
-
-
-def small(**overrides) -> TrainConfig:
-    """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, hours on a CPU (chapter 6)."""
-    base = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1, corpus_bytes=20_000_000,
-                batch_size=64, max_steps=5000, lr=1e-3, warmup_steps=200, eval_interval=250, eval_batches=20)
-    return TrainConfig(**{**base, **overrides})
-
-
-def gpt2_small(**overrides) -> TrainConfig:
-    """GPT-2 small's shape (12 x 768, context 1024) on bytes, ~0.5 M tokens per step: a GPU preset.
-
-    Launching it on many GPUs is the appendix "Running at scale".
-
-    With the 256-byte vocabulary it has 86 M parameters rather than GPT-2's
-    124 M (whose 50,257-token vocabulary alone holds 39 M).
-    """
-    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, corpus_bytes=2_000_000_000,
-                batch_size=16, grad_accum_steps=32, max_steps=10_000, lr=6e-4, warmup_steps=700,
-                mixed_precision="bf16", compile=True, eval_interval=500, eval_batches=40,
-                checkpoint_dir="checkpoints/gpt2_small", checkpoint_interval=1000)
-    return TrainConfig(**{**base, **overrides})
-
-
-PRESETS: dict[str, Callable[..., TrainConfig]] = {"tiny": tiny, "small": small, "gpt2_small": gpt2_small}
-
-
-def preset_config(name: str, **overrides) -> TrainConfig:
-    """The preset called ``name`` with ``overrides`` applied."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; use one of: {', '.join(PRESETS)}")
-    return PRESETS[name](**overrides)
-
-
-# --- 2. data ------------------------------------------------------------------
-
-
-def data_source(cfg: TrainConfig) -> list[Path] | str:
-    """``cfg.data`` resolved: ``'stdlib'``, ``'hf:...'``, or the list of text files it names."""
-    if cfg.data == "stdlib":
-        return "stdlib"
-    if cfg.data.startswith("hf:"):
-        try:
-            import datasets  # noqa: F401
-        except ImportError:
-            raise ValueError(f"data={cfg.data!r} needs the datasets package: pip install datasets") from None
-        return cfg.data
-    paths: list[Path] = []
-    for entry in filter(None, (e.strip() for e in cfg.data.split(","))):
-        matches = sorted(glob.glob(entry, recursive=True)) if glob.has_magic(entry) else [entry]
-        files = [Path(m) for m in matches if Path(m).is_file()]
-        if not files:
-            raise FileNotFoundError(f"data file {entry!r} not found; pass existing text files, a glob, or 'stdlib'")
-        paths += files
-    if not paths:
-        raise ValueError("data is empty; pass text files, 'hf:NAME' or 'stdlib'")
-    return paths
+# --- 1. data ------------------------------------------------------------------
 
 
 def load_text(cfg: TrainConfig) -> str:
@@ -308,7 +127,7 @@ def _batches(loader, accelerator: Accelerator, epoch: int, skip: int) -> Iterato
         epoch, skip = epoch + 1, 0
 
 
-# --- 3. model, optimizer, schedule -------------------------------------------
+# --- 2. model, optimizer, schedule -------------------------------------------
 
 
 class WithLoss(nn.Module):
@@ -343,7 +162,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=torch.cuda.is_available())
 
 
-# --- 4. the step --------------------------------------------------------------
+# --- 3. the step --------------------------------------------------------------
 
 
 @dataclass
@@ -436,94 +255,7 @@ class TrainingDiverged(RuntimeError):
     """Too many non-finite steps in a row: the run stopped, the last good checkpoint is intact."""
 
 
-# --- 5. logging ---------------------------------------------------------------
-
-LOG_COLUMNS = ("step", "epoch", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "event")
-
-
-class RunLog:
-    """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only."""
-
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, resumed_rows: list[dict]):
-        self.accelerator, self.file, self.writer = accelerator, None, None
-        self.tensorboard = cfg.tensorboard
-        if not (cfg.log_dir and accelerator.is_main_process):
-            return
-        Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
-        self.path = Path(cfg.log_dir) / "metrics.csv"
-        # line-buffered: every finished step is on disk even if the process is killed a moment later;
-        # a resumed run rewrites the rows it restored from the checkpoint
-        self.file = open(self.path, "w", newline="", buffering=1)
-        self.writer = csv.DictWriter(self.file, fieldnames=LOG_COLUMNS)
-        self.writer.writeheader()
-        self.writer.writerows(resumed_rows)
-
-    def row(self, **values) -> None:
-        if self.writer:
-            self.writer.writerow(values)
-        if self.tensorboard:
-            self.accelerator.log({k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"},
-                                 step=values["step"])
-
-    def flush(self) -> None:
-        if self.file:
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-            self.file = None
-
-
-def read_history(path) -> dict[str, list]:
-    """A metrics.csv read back into columns (empty cells become NaN)."""
-    cols: dict[str, list] = {c: [] for c in LOG_COLUMNS}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            for c in LOG_COLUMNS:
-                v = row[c]
-                cols[c].append(v if c == "event" else (float(v) if v not in ("", None) else math.nan))
-    return cols
-
-
-def plot_history(history, axes=None, smooth: int = 10):
-    """Loss (train and validation, spikes and skipped steps marked), learning rate and gradient norm (chapter 6).
-
-    ``history`` is a :class:`TrainResult` or the path of a run's metrics.csv.
-    Returns the matplotlib figure.
-    """
-    import matplotlib.pyplot as plt
-
-    from .plots import loss_curves
-
-    if isinstance(history, TrainResult):
-        losses, lrs, norms = history.losses, history.lrs, history.grad_norms
-        val, spikes, skipped = history.val_losses, history.spikes, history.skipped
-    else:
-        h = read_history(history)
-        losses, lrs, norms = h["loss"], h["lr"], h["grad_norm"]
-        val = [(int(s), v) for s, v in zip(h["step"], h["val_loss"]) if math.isfinite(v)]
-        spikes = [int(s) for s, e in zip(h["step"], h["event"]) if e.startswith("spike")]
-        skipped = [int(s) for s, e in zip(h["step"], h["event"]) if e == "nonfinite"]
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
-    fig = axes[0].figure
-    loss_curves(axes[0], losses, val, smooth=smooth)
-    finite = [v for v in losses if math.isfinite(v)]
-    for steps, marker, color, label in ((spikes, "x", "red", "spike"), (skipped, "v", "black", "skipped")):
-        if steps:
-            top = max(finite) if finite else 0.0
-            ys = [losses[s - 1] if math.isfinite(losses[s - 1]) else top for s in steps]
-            axes[0].scatter(steps, ys, marker=marker, color=color, zorder=3, label=label)
-            axes[0].legend()
-    axes[1].plot(range(1, len(lrs) + 1), lrs, color="C2")
-    axes[1].set(xlabel="step", ylabel="learning rate")
-    axes[2].plot(range(1, len(norms) + 1), norms, color="C3", lw=0.8)
-    axes[2].set(xlabel="step", ylabel="gradient norm (before clipping)", yscale="log")
-    return fig
-
-
-# --- 6. train ---------------------------------------------------------------------
+# --- 4. train ---------------------------------------------------------------------
 
 
 @dataclass

@@ -1,0 +1,201 @@
+"""Configuration of a training run (chapter 6): ``TrainConfig`` and its presets.
+
+A typed keyword-only dataclass with one comment per field: the comments are
+the ``gputrain train`` flags' help.  It validates itself on construction, so
+a bad value is one clear error before anything runs or is written.
+``gputrain.train`` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+from .model import GPTConfig
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Everything one training run needs, validated on construction (chapter 6).
+
+    Each field is a ``gputrain train`` flag whose help is the comment after it;
+    the presets :func:`tiny`, :func:`small` and :func:`gpt2_small` fill in sizes.
+    A bad value raises one ``ValueError`` (a missing file ``FileNotFoundError``)
+    naming the fix.
+    """
+
+    # model shape
+    vocab_size: int = 256  # output classes; bytes need 256
+    block_size: int = 64  # longest context (positions) the model can see
+    n_layer: int = 2  # transformer blocks
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 64  # width C of the residual stream
+    dropout: float = 0.0  # dropout probability in attention and MLP outputs
+    # data
+    data: str = "stdlib"  # 'stdlib' (Python's own source), text files 'a.txt,dir/*.py', or 'hf:NAME[:SPLIT]'
+    corpus_bytes: int = 400_000  # at most this many bytes of text are read
+    seq_len: int = 0  # tokens per training window T (0: the model's block_size)
+    val_fraction: float = 0.1  # trailing share of the text held out for validation
+    # batch
+    batch_size: int = 32  # sequences per micro-batch, per process
+    grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
+    max_steps: int = 200  # optimizer steps to run
+    # optimisation
+    lr: float = 3e-3  # peak learning rate (AdamW)
+    schedule: str = "cosine"  # 'cosine' (decay to min_lr_ratio) or 'constant', both after warmup
+    warmup_steps: int = 20  # linear warmup steps before the schedule
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices (not biases, norms)
+    grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
+    # speed and memory
+    mixed_precision: str = "no"  # 'no', 'bf16', 'fp16' (CUDA) or 'fp8' (Hopper + torchao/TE), via Accelerate
+    compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
+    tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)
+    fsdp: bool = False  # shard with FSDP2 through Accelerate (CUDA, distributed launch)
+    # validation and early stopping
+    eval_interval: int = 50  # steps between validation passes (0 disables)
+    eval_batches: int = 8  # batches per validation pass
+    patience: int = 0  # validation passes without improvement before stopping (0 never stops early)
+    # stability
+    spike_window: int = 50  # past losses the spike detector compares with (0 disables it)
+    spike_threshold: float = 6.0  # robust z-score above which a loss counts as a spike
+    skip_spikes: bool = False  # drop the update of a step whose loss spikes (else only log it)
+    max_bad_steps: int = 5  # non-finite steps in a row that stop the run
+    # checkpoints
+    checkpoint_dir: str = ""  # directory for checkpoints ('' writes none)
+    checkpoint_interval: int = 0  # steps between checkpoints (0: only at the end)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    resume_from: str = ""  # checkpoint directory (or a checkpoint_dir: its latest) to continue from
+    # logging
+    log_dir: str = ""  # directory for metrics.csv ('' writes none)
+    tensorboard: bool = False  # also log to TensorBoard in log_dir (needs the tensorboard package)
+    progress: bool = True  # progress bar and event messages on the main process
+    seed: int = 1337  # seeds Python, NumPy, torch and the data order
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # types first: every later check may compare numbers
+            value, kind = getattr(self, f.name), type(f.default)
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok:
+                raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
+        positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes", "batch_size",
+                    "grad_accum_steps", "max_steps", "eval_batches", "max_bad_steps", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
+                     "spike_window", "checkpoint_interval", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.vocab_size < 256:
+            raise ValueError(f"vocab_size={self.vocab_size} is too small for bytes; use at least 256")
+        if self.seq_len > self.block_size:
+            raise ValueError(f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
+                             "lower --seq-len or raise --block-size")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
+                             "shorten the warmup")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.mixed_precision not in ("no", "bf16", "fp16", "fp8"):
+            raise ValueError(f"mixed_precision must be one of no, bf16, fp16, fp8; got {self.mixed_precision!r}")
+        if not self.spike_threshold > 0:
+            raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
+        if self.spike_window == 1:
+            raise ValueError("spike_window must be 0 (off) or >= 2 losses")
+        if self.patience and not self.eval_interval:
+            raise ValueError("patience needs validation passes; set eval_interval > 0")
+        if self.checkpoint_interval and not self.checkpoint_dir:
+            raise ValueError("checkpoint_interval needs a checkpoint_dir to write to")
+        if self.tensorboard:
+            if not self.log_dir:
+                raise ValueError("tensorboard needs a log_dir to write to")
+            try:
+                import tensorboard  # noqa: F401
+            except ImportError:
+                raise ValueError("tensorboard=True needs the tensorboard package: pip install tensorboard") from None
+        if self.resume_from and not Path(self.resume_from).exists():
+            raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
+                                    "pass a checkpoint directory written by gputrain")
+        data_source(self)  # missing files or a missing datasets package fail here, before anything runs
+        self.model_config()  # the model validates its own shape (n_embd divisible by n_head, ...)
+
+    @property
+    def window(self) -> int:
+        """Tokens per training window: ``seq_len``, or the whole context when it is 0."""
+        return self.seq_len or self.block_size
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, n_layer=self.n_layer,
+                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout)
+
+
+def tiny(**overrides) -> TrainConfig:
+    """A 0.1 M-parameter GPT that learns Python source in a minute on two CPU cores (chapter 6)."""
+    return TrainConfig(**overrides)
+
+
+def small(**overrides) -> TrainConfig:
+    """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, hours on a CPU (chapter 6)."""
+    base = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1, corpus_bytes=20_000_000,
+                batch_size=64, max_steps=5000, lr=1e-3, warmup_steps=200, eval_interval=250, eval_batches=20)
+    return TrainConfig(**{**base, **overrides})
+
+
+def gpt2_small(**overrides) -> TrainConfig:
+    """GPT-2 small's shape (12 x 768, context 1024) on bytes, ~0.5 M tokens per step: a GPU preset.
+
+    Launching it on many GPUs is the appendix "Running at scale".
+
+    With the 256-byte vocabulary it has 86 M parameters rather than GPT-2's
+    124 M (whose 50,257-token vocabulary alone holds 39 M).
+    """
+    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, corpus_bytes=2_000_000_000,
+                batch_size=16, grad_accum_steps=32, max_steps=10_000, lr=6e-4, warmup_steps=700,
+                mixed_precision="bf16", compile=True, eval_interval=500, eval_batches=40,
+                checkpoint_dir="checkpoints/gpt2_small", checkpoint_interval=1000)
+    return TrainConfig(**{**base, **overrides})
+
+
+PRESETS: dict[str, Callable[..., TrainConfig]] = {"tiny": tiny, "small": small, "gpt2_small": gpt2_small}
+
+
+def preset_config(name: str, **overrides) -> TrainConfig:
+    """The preset called ``name`` with ``overrides`` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; use one of: {', '.join(PRESETS)}")
+    return PRESETS[name](**overrides)
+
+
+def data_source(cfg: TrainConfig) -> list[Path] | str:
+    """``cfg.data`` resolved: ``'stdlib'``, ``'hf:...'``, or the list of text files it names."""
+    if cfg.data == "stdlib":
+        return "stdlib"
+    if cfg.data.startswith("hf:"):
+        try:
+            import datasets  # noqa: F401
+        except ImportError:
+            raise ValueError(f"data={cfg.data!r} needs the datasets package: pip install datasets") from None
+        return cfg.data
+    paths: list[Path] = []
+    for entry in filter(None, (e.strip() for e in cfg.data.split(","))):
+        matches = sorted(glob.glob(entry, recursive=True)) if glob.has_magic(entry) else [entry]
+        files = [Path(m) for m in matches if Path(m).is_file()]
+        if not files:
+            raise FileNotFoundError(f"data file {entry!r} not found; pass existing text files, a glob, or 'stdlib'")
+        paths += files
+    if not paths:
+        raise ValueError("data is empty; pass text files, 'hf:NAME' or 'stdlib'")
+    return paths

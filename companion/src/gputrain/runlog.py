@@ -1,0 +1,103 @@
+"""What a run leaves behind (chapter 6): metrics.csv, reading it back, and plotting it.
+
+``gputrain.train`` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import TrainConfig
+
+if TYPE_CHECKING:  # only for annotations: the Accelerator is passed in by train()
+    from accelerate import Accelerator
+
+
+LOG_COLUMNS = ("step", "epoch", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "event")
+
+
+class RunLog:
+    """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only."""
+
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, resumed_rows: list[dict]):
+        self.accelerator, self.file, self.writer = accelerator, None, None
+        self.tensorboard = cfg.tensorboard
+        if not (cfg.log_dir and accelerator.is_main_process):
+            return
+        Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
+        self.path = Path(cfg.log_dir) / "metrics.csv"
+        # line-buffered: every finished step is on disk even if the process is killed a moment later;
+        # a resumed run rewrites the rows it restored from the checkpoint
+        self.file = open(self.path, "w", newline="", buffering=1)
+        self.writer = csv.DictWriter(self.file, fieldnames=LOG_COLUMNS)
+        self.writer.writeheader()
+        self.writer.writerows(resumed_rows)
+
+    def row(self, **values) -> None:
+        if self.writer:
+            self.writer.writerow(values)
+        if self.tensorboard:
+            self.accelerator.log({k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"},
+                                 step=values["step"])
+
+    def flush(self) -> None:
+        if self.file:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+            self.file = None
+
+
+def read_history(path) -> dict[str, list]:
+    """A metrics.csv read back into columns (empty cells become NaN)."""
+    cols: dict[str, list] = {c: [] for c in LOG_COLUMNS}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for c in LOG_COLUMNS:
+                v = row[c]
+                cols[c].append(v if c == "event" else (float(v) if v not in ("", None) else math.nan))
+    return cols
+
+
+def plot_history(history, axes=None, smooth: int = 10):
+    """Loss (train and validation, spikes and skipped steps marked), learning rate and gradient norm (chapter 6).
+
+    ``history`` is a :class:`~gputrain.train.TrainResult` (or anything with its
+    ``losses``, ``lrs``, ``grad_norms``, ``val_losses``, ``spikes`` and
+    ``skipped``) or the path of a run's metrics.csv.
+    Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from .plots import loss_curves
+
+    if hasattr(history, "losses"):  # a TrainResult
+        losses, lrs, norms = history.losses, history.lrs, history.grad_norms
+        val, spikes, skipped = history.val_losses, history.spikes, history.skipped
+    else:
+        h = read_history(history)
+        losses, lrs, norms = h["loss"], h["lr"], h["grad_norm"]
+        val = [(int(s), v) for s, v in zip(h["step"], h["val_loss"]) if math.isfinite(v)]
+        spikes = [int(s) for s, e in zip(h["step"], h["event"]) if e.startswith("spike")]
+        skipped = [int(s) for s, e in zip(h["step"], h["event"]) if e == "nonfinite"]
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+    fig = axes[0].figure
+    loss_curves(axes[0], losses, val, smooth=smooth)
+    finite = [v for v in losses if math.isfinite(v)]
+    for steps, marker, color, label in ((spikes, "x", "red", "spike"), (skipped, "v", "black", "skipped")):
+        if steps:
+            top = max(finite) if finite else 0.0
+            ys = [losses[s - 1] if math.isfinite(losses[s - 1]) else top for s in steps]
+            axes[0].scatter(steps, ys, marker=marker, color=color, zorder=3, label=label)
+            axes[0].legend()
+    axes[1].plot(range(1, len(lrs) + 1), lrs, color="C2")
+    axes[1].set(xlabel="step", ylabel="learning rate")
+    axes[2].plot(range(1, len(norms) + 1), norms, color="C3", lw=0.8)
+    axes[2].set(xlabel="step", ylabel="gradient norm (before clipping)", yscale="log")
+    return fig

@@ -293,9 +293,9 @@ def test_every_config_file_loads_and_sets_what_it_says(tmp_path):
         path.write_text(block, encoding="utf-8")
         config = load_config_from_file(str(path))  # unknown top-level keys raise here
         parser = launch_command_parser()
-        for section, prefix in (("fsdp_config", ""), ("deepspeed_config", "")):
+        for section in ("fsdp_config", "deepspeed_config"):
             for key in getattr(config, section) or {}:
-                assert f"--{prefix}{key}" in parser._option_string_actions, f"{section}.{key} is not an Accelerate setting"
+                assert f"--{key}" in parser._option_string_actions, f"{section}.{key} is not an Accelerate setting"
         args = parser.parse_args(["--config_file", str(path), "my_train.py"])
         args, defaults, mp_from_file = _validate_launch_command(args)
         kind = config.distributed_type.value

@@ -1,9 +1,6 @@
 """gputrain.bench: the hand-written attention against SDPA, the ladder's rules, its table, JSON and CLI."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,6 +10,7 @@ from gputrain.bench import (RUNG_NAMES, Batches, HandWrittenAttention, LadderCon
 from gputrain.cli import main
 from gputrain.device import read_result
 from gputrain.model import GPT, GPTConfig
+from helpers import run_cli
 
 TINY = dict(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=300, batch_size=4, big_batch_size=8,
             steps=2, rounds=2, warmup=1, compile=False)
@@ -132,13 +130,11 @@ def test_time_cap_drops_later_rungs_but_keeps_one_round():
 
 
 def test_cli_bench_dry_run_and_bad_flag():
-    env = {**os.environ, "GPUTRAIN_PRESET": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "gputrain", "bench", "--dry-run", "--preset", "gpu"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    env = {"GPUTRAIN_PRESET": "cpu"}
+    out = run_cli("bench", "--dry-run", "--preset", "gpu", env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "12 x 768" in out.stdout and "SKIP: TF32" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "gputrain", "bench", "--compile-scope", "all"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = run_cli("bench", "--compile-scope", "all", env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "compile_scope" in bad.stderr
 
 

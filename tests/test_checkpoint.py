@@ -12,6 +12,7 @@ import torch
 
 from gputrain import checkpoint as C
 from gputrain import train as T
+from helpers import snapshot
 
 BASE = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000, warmup_steps=3,
             eval_interval=5, eval_batches=2, progress=False, dropout=0.1, grad_accum_steps=2, spike_window=8)
@@ -32,11 +33,6 @@ def interrupt_at(step):
             raise Interrupt  # what Ctrl-C (KeyboardInterrupt) does to a run, minus the signal
         return batch
     return hook
-
-
-def snapshot(root) -> dict:
-    """Every file under ``root`` with its bytes: to prove nothing was written or overwritten."""
-    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

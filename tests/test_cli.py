@@ -1,16 +1,10 @@
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from gputrain.cli import main
-
-
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "gputrain", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+from helpers import run_cli
 
 
 def test_help_lists_commands():
@@ -45,14 +39,10 @@ def test_bad_preset_env_is_one_line_exit_2():
 
 
 @pytest.mark.parametrize("flags", [["--lr", "-3e-4"], ["--batch-size", "0"]])
-def test_bad_train_flag_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, flags):
+def test_bad_train_flag_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, monkeypatch, flags):
     before = set(os.listdir(tmp_path))
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        code = main(["train", *flags])
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", *flags])
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip().count("\n") == 0 and "error:" in err

@@ -182,10 +182,10 @@ def test_limited_accumulator_loses_percent_and_promotion_fixes_it():
     a = fp8.quantize(randn(D, K, seed=11), "e4m3", "row").data.float()  # the codes a tensor core multiplies
     b = fp8.quantize(randn(D, K, seed=12), "e4m3", "row").data.float()
     exact = fp8.exact_dot(a, b)[0]
-    rel = lambda s: float((s[0].double() - exact).norm() / exact.norm())  # noqa: E731
-    assert rel(fp8.limited_dot(a, b, mantissa_bits=23)) < 1e-5  # FP32 accumulation: fine
-    lossy = rel(fp8.limited_dot(a, b, mantissa_bits=14))
-    promoted = rel(fp8.limited_dot(a, b, mantissa_bits=14, promote_every=128))
+    dot_error = lambda s: float((s[0].double() - exact).norm() / exact.norm())  # noqa: E731
+    assert dot_error(fp8.limited_dot(a, b, mantissa_bits=23)) < 1e-5  # FP32 accumulation: fine
+    lossy = dot_error(fp8.limited_dot(a, b, mantissa_bits=14))
+    promoted = dot_error(fp8.limited_dot(a, b, mantissa_bits=14, promote_every=128))
     assert lossy > 5e-3  # about a percent lost at K = 4096
     assert promoted < 5e-4 and promoted < lossy / 10
     # the running results at several K come from one pass
@@ -209,7 +209,7 @@ def test_scaled_mm_equals_the_emulated_product(granularity):
     emulated = fp8.fp8_gemm(a, b, granularity=granularity, emulate=True)
     torch.testing.assert_close(real, emulated, rtol=1e-5, atol=1e-4)
     exact = a @ b.t()
-    assert float((real - exact).norm() / exact.norm()) < 0.06
+    assert rel(real, exact) < 0.06
 
 
 def test_padding_to_16_changes_nothing():

@@ -216,13 +216,11 @@ def test_bad_model_input():
 
 
 def test_cli_memory_prints_the_breakdown():
-    import subprocess
-    import sys
+    from helpers import run_cli
 
-    run = lambda *a: subprocess.run([sys.executable, "-m", "gputrain", "memory", *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=120)
-    out = run("--params", "7.5e9", "--precision", "fp16-mixed", "--zero-stage", "1", "--dp", "64")
+    out = run_cli("memory", "--params", "7.5e9", "--precision", "fp16-mixed", "--zero-stage", "1", "--dp", "64",
+                  timeout=120)
     assert out.returncode == 0, out.stderr
     assert "31.406 GB" in out.stdout.splitlines()[-2]  # total: ZeRO's 31.4 GB
-    bad = run("--zero-stage", "5")
+    bad = run_cli("memory", "--zero-stage", "5", timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "gputrain memory: error: zero_stage must be 0, 1, 2 or 3, got 5"

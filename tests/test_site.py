@@ -151,7 +151,10 @@ def test_figures_load_and_widgets_render(browser, site):
             "Array.from(document.querySelectorAll('img')).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])")
         broken = [src for src, ok in images if not ok]
         assert not broken, f"{rel}: images that did not load: {broken}"
-        assert _wait_for_math(page) >= 0
+        _wait_for_math(page)
+        untypeset = page.evaluate(
+            "Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length")
+        assert untypeset == 0, f"{rel}: {untypeset} formulas were not typeset"
         page.screenshot(path=str(SHOTS / (path.stem + ".png")), full_page=False)
         assert not blocked, f"{rel}: requests left the site: {blocked}"
         assert not errors, f"{rel}: {errors}"

@@ -122,13 +122,12 @@ def test_hf_dataset_bad_split_or_name_is_one_clear_error(tmp_path):
         T.load_text(small(data=f"hf:{tmp_path / 'no_such_folder_or_hub_name'}"))
 
 
-def test_tensorboard_without_the_package_is_one_clear_error(tmp_path):
-    try:
-        import tensorboard  # noqa: F401
-        pytest.skip("tensorboard is installed")
-    except ImportError:
-        with pytest.raises(ValueError, match="pip install tensorboard"):
-            T.TrainConfig(tensorboard=True, log_dir=str(tmp_path))
+def test_tensorboard_without_the_package_is_one_clear_error(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed, even where it is
+    with pytest.raises(ValueError, match="pip install tensorboard"):
+        T.TrainConfig(tensorboard=True, log_dir=str(tmp_path))
 
 
 # --- hardware checks: one clear error instead of a silent fallback -------------
@@ -328,12 +327,18 @@ def test_plot_history_from_result_and_csv(tmp_path):
         x, y = batch
         return (x, torch.full_like(y, 7)) if step == 25 else (x, y)
 
-    result = T.train(small(max_steps=28, spike_window=20, eval_interval=14, log_dir=str(tmp_path)),
-                     batch_hook=corrupt)
+    result = T.train(small(max_steps=28, spike_window=20, eval_interval=14, skip_spikes=True,
+                           log_dir=str(tmp_path)), batch_hook=corrupt)
+    assert result.spikes and result.skipped == result.spikes  # a skipped spike counts as both
+    history = T.read_history(tmp_path / "metrics.csv")
+    assert T.event_steps(zip(history["step"], history["event"])) == (result.skipped, result.spikes)
+    marked = []
     for source in (result, tmp_path / "metrics.csv"):
         fig = T.plot_history(source)
         assert len(fig.axes) == 3
         assert len(fig.axes[1].lines[0].get_xdata()) == 28
+        marked.append([c.get_offsets().tolist() for c in fig.axes[0].collections])
+    assert marked[0] == marked[1]  # the same spike and skip markers from the result and from its CSV
 
 
 # --- the spike detector against scipy's robust statistics ----------------------------

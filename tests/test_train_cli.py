@@ -11,13 +11,10 @@ import pytest
 from gputrain import checkpoint as C
 from gputrain import train as T
 from gputrain.cli import main
+from helpers import snapshot
 
 FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--batch-size", "8",
          "--corpus-bytes", "30000", "--warmup-steps", "2", "--eval-interval", "0", "--no-progress"]
-
-
-def snapshot(root: Path) -> dict:
-    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +76,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(run_dir, case, 
     assert snapshot(run_dir) == before
 
 
-def test_cli_resumes_a_run(run_dir, tmp_path, capsys):
+def test_cli_resumes_a_run(run_dir, tmp_path):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(run_dir / "ckpt", ckpt)
     assert main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt)]) == 0

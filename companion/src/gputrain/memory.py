@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 
+from .model import gpt_num_params
+
 _CKPT_FLAG = "_gputrain_checkpointed"
 
 
@@ -167,6 +169,7 @@ class ModelShape:
     vocab_size: int  # V
     block_size: int  # longest context (positions with an embedding)
     params_override: Optional[float] = None  # a published parameter count, used instead of the formula
+    bias: bool = True  # biases in Linear and LayerNorm layers, as GPTConfig.bias
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size"):
@@ -175,8 +178,8 @@ class ModelShape:
 
     @property
     def layer_params(self) -> int:
-        h = self.n_embd
-        return 12 * h * h + 13 * h  # qkv 3h²+3h, proj h²+h, fc 4h²+4h, proj 4h²+h, two LayerNorms 4h
+        h = self.n_embd  # qkv 3h²+3h, proj h²+h, fc 4h²+4h, proj 4h²+h, two LayerNorms 4h; without bias 2h gains
+        return 12 * h * h + (13 * h if self.bias else 2 * h)
 
     @property
     def matmul_weights(self) -> int:
@@ -187,12 +190,12 @@ class ModelShape:
     def params(self) -> float:
         if self.params_override is not None:
             return self.params_override
-        h = self.n_embd  # tied token embedding/head V·h, positions T·h, final LayerNorm 2h
-        return self.n_layer * self.layer_params + self.vocab_size * h + self.block_size * h + 2 * h
+        return gpt_num_params(self)  # tied token embedding/head V·h, positions T·h, blocks, final LayerNorm
 
     @property
     def param_tensors(self) -> int:
-        return 12 * self.n_layer + 4  # each block 12 (6 weights, 6 biases); wte, wpe, ln_f w and b
+        # each block 6 weights (4 matrices, 2 LayerNorm gains) + 6 biases; wte, wpe, ln_f weight (+ bias)
+        return (12 if self.bias else 6) * self.n_layer + (4 if self.bias else 3)
 
 
 GPT2_SMALL = ModelShape(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, block_size=1024)
@@ -207,7 +210,7 @@ def shape_of(model) -> ModelShape:
     cfg = getattr(model, "cfg", model)
     try:
         return ModelShape(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                          vocab_size=cfg.vocab_size, block_size=cfg.block_size)
+                          vocab_size=cfg.vocab_size, block_size=cfg.block_size, bias=getattr(cfg, "bias", True))
     except AttributeError:
         raise ValueError(f"cannot read a GPT shape from {type(model).__name__}; pass a GPTConfig, "
                          "a gputrain GPT, a ModelShape or a parameter count") from None
@@ -503,6 +506,16 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(_storages(tensors).values())
 
 
+def held_bytes(model: nn.Module, optimizer) -> int:
+    """Bytes a training run holds between steps: parameters, master weights and optimizer states.
+
+    ``optimizer`` is a torch optimizer or a :class:`gputrain.precision.MasterWeights`.
+    """
+    torch_optimizer = getattr(optimizer, "optimizer", optimizer)
+    masters = list(getattr(optimizer, "master_params", []))
+    return tensor_bytes(list(model.parameters()) + masters + _state_tensors(torch_optimizer))
+
+
 def measure_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
                  autocast_dtype: Optional[torch.dtype] = None) -> dict[str, int]:
     """Measure one training step of ``model`` (called as ``model(x, y) -> (logits, loss)``), in bytes.
@@ -517,7 +530,7 @@ def measure_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
     masters = list(getattr(optimizer, "master_params", []))
     torch_optimizer = getattr(optimizer, "optimizer", optimizer)
     optimizer.zero_grad(set_to_none=True)
-    before = tensor_bytes(params + masters + _state_tensors(torch_optimizer))
+    before = held_bytes(model, optimizer)
     with AllocationTracker() as tracker:
         with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
                             enabled=autocast_dtype is not None):

@@ -168,11 +168,6 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; by default without the position embedding (as GPT-2 reports)."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.wpe.weight.numel() if non_embedding else n
-
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         """The final normalized residual stream, before the output head: (B, T, C)."""
         B, T = idx.shape
@@ -221,14 +216,8 @@ class GPT(nn.Module):
 
 
 def count_params(model: nn.Module, trainable_only: bool = False) -> int:
-    """Number of parameters (shared tensors counted once)."""
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) in seen or (trainable_only and not p.requires_grad):
-            continue
-        seen.add(id(p))
-        n += p.numel()
-    return n
+    """Number of parameters (shared tensors counted once: ``parameters()`` yields each tensor once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 def gpt_num_params(cfg: GPTConfig) -> int:

@@ -125,7 +125,8 @@ def evaluate(model: GPTConfig, cluster: Cluster, tp: int, pp: int, global_batch:
     def link(span: int) -> tuple[float, str]:  # a group of `span` consecutive GPUs
         return (cluster.nvlink, "NVLink") if span <= cluster.gpus_per_node else (cluster.network, "network")
 
-    shape = (gpt_num_params(model), model.n_layer, model.block_size, model.n_embd)
+    n_params = gpt_num_params(model)
+    shape = (n_params, model.n_layer, model.block_size, model.n_embd)
     per_token = train_flops_per_token(*shape) + (forward_flops_per_token(*shape) if recompute else 0)
     flops = per_token * global_batch * model.block_size
     compute = flops / (cluster.gpus * cluster.peak_flops * cluster.efficiency)
@@ -140,7 +141,7 @@ def evaluate(model: GPTConfig, cluster: Cluster, tp: int, pp: int, global_batch:
         "bubble": compute * (pp - 1) / m,
         "TP comm": allreduces * ring_all_reduce_time(act, tp, tp_bw) if tp > 1 else 0.0,
         "PP comm": 2 * m * act / tp / pp_bw if pp > 1 else 0.0,  # each TP rank sends its 1/t share
-        "DP comm": ring_all_reduce_time(ACT_BYTES * gpt_num_params(model) / (tp * pp), dp, dp_bw) if dp > 1 else 0.0,
+        "DP comm": ring_all_reduce_time(ACT_BYTES * n_params / (tp * pp), dp, dp_bw) if dp > 1 else 0.0,
     }
     return layout
 
@@ -148,17 +149,18 @@ def evaluate(model: GPTConfig, cluster: Cluster, tp: int, pp: int, global_batch:
 def plan(model: GPTConfig, cluster: Cluster, global_batch: int, micro_batch: int = 1,
          zero_stage: int = 1) -> list[Layout]:
     """Every valid TP x PP x DP layout (with and without recomputation), fitting ones first, fastest first."""
-    layouts = []
-    for tp in (d for d in range(1, cluster.gpus + 1) if cluster.gpus % d == 0):
-        if model.n_embd % tp or model.n_head % tp:
-            continue
-        for pp in (d for d in range(1, min(model.n_layer, cluster.gpus // tp) + 1) if (cluster.gpus // tp) % d == 0):
-            if global_batch % ((cluster.gpus // (tp * pp)) * micro_batch):
-                continue
+    layouts, reason = [], None
+    divisors = lambda n: (d for d in range(1, n + 1) if n % d == 0)  # noqa: E731
+    for tp in divisors(cluster.gpus):
+        for pp in divisors(cluster.gpus // tp):
             for recompute in (False, True):
-                layouts.append(evaluate(model, cluster, tp, pp, global_batch, micro_batch, recompute, zero_stage))
+                try:  # evaluate() is the one place that decides what a valid layout is
+                    layouts.append(evaluate(model, cluster, tp, pp, global_batch, micro_batch, recompute, zero_stage))
+                except ValueError as exc:
+                    reason = exc
     if not layouts:
-        raise ValueError("no layout divides the cluster, the model and the batch; try another global batch")
+        raise ValueError(f"no layout divides the cluster, the model and the batch (last reason: {reason}); "
+                         "try another global batch")
     return sorted(layouts, key=lambda lay: (not lay.fits, lay.step_seconds))
 
 

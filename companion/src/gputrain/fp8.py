@@ -419,12 +419,13 @@ class _Float8Matmul(torch.autograd.Function):
         act, wgt = ("tile", "block") if gran == "block" else (gran, gran)
         gx = gw = None
         with torch.autocast(grad.device.type, enabled=False):
+            qg = quantize(grad, cfg["grad_fmt"], act) if ctx.needs_input_grad[0] or act == "tensor" else None
             if ctx.needs_input_grad[0]:  # dX = dY @ W: inner dim N
-                qg = quantize(grad, cfg["grad_fmt"], act)  # (M, N)
                 qwt = transpose(qw) if qw is not None else quantize(weight.t(), cfg["fmt"], wgt)  # (K, N)
                 gx = scaled_matmul(qg, qwt, emulate=emulate).to(x_dtype)  # (M, K)
             if ctx.needs_input_grad[1]:  # dW = dY^T @ X: inner dim M (tokens)
-                qgt = quantize(grad.t(), cfg["grad_fmt"], act)  # (N, M)
+                # one tensor scale serves both orientations; finer scales must run along M instead
+                qgt = transpose(qg) if act == "tensor" else quantize(grad.t(), cfg["grad_fmt"], act)  # (N, M)
                 qx = Quantized(x_codes, x_scale, x_fmt, x_gran, x_shape)
                 gw = scaled_matmul(qgt, _requantize_t(qx, act), emulate=emulate).to(weight.dtype)  # (N, K)
         return gx, gw, None

@@ -37,8 +37,7 @@ def main() -> None:
               f"chunked {r['chunked_peak_bytes'] / 2**30:.2f} GiB, {r['chunked_seconds'] * 1e3:.1f} ms; "
               f"saving x{r['saving_factor']:.1f}; loss {r['naive_loss']:.6f} vs {r['chunked_loss']:.6f}")
         runs.append(r)
-    write_result(args.out / "chunked_loss.json", {"runs": runs},
-                 command=f"python bench/gpu/chunked_loss.py --chunk-size {args.chunk_size}")
+    write_result(args.out / "chunked_loss.json", {"runs": runs})
 
 
 if __name__ == "__main__":

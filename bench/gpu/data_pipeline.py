@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_total": time.perf_counter() - t0,
     }
     out = args.out / "data_pipeline.json"
-    write_result(out, result, command=f"python bench/gpu/data_pipeline.py --out {args.out}")
+    write_result(out, result)
     print(f"wrote {out} in {result['seconds_total']:.0f} s")
     return 0
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from gputrain import fp8
-from gputrain.device import device_name, median_seconds, peak_flops, write_result
+from gputrain.device import device, device_name, first_line, median_seconds, peak_flops, write_result
 from gputrain.model import GPT, GPTConfig
 
 SQUARE = [1024, 2048, 4096, 8192, 16384]
@@ -48,7 +48,7 @@ def part(name: str, fn, data: dict) -> None:
     try:
         data[name] = fn()
     except Exception as e:  # the record says what failed; the other parts still run
-        data[name] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"}
+        data[name] = {"error": f"{type(e).__name__}: {first_line(e)}"}
     print(f"[{name}] {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -63,7 +63,7 @@ def gemms(dev: torch.device, quick: bool) -> list[dict]:
                 peak = peak_flops("bf16" if kind == "bf16" else "fp8")
                 row["fraction_of_peak"] = row["tflops"] * 1e12 / peak if peak else None
             except Exception as e:  # e.g. no blockwise kernel in this build: say so in the table
-                row["error"] = str(e).strip().splitlines()[0][:200]
+                row["error"] = first_line(e, 200)
             rows.append(row)
             print(f"  {name:>22} {kind:>10}: {row.get('tflops', float('nan')):8.1f} TFLOP/s "
                   f"{row.get('error', '')[:60]}", flush=True)
@@ -94,7 +94,7 @@ def layers(dev: torch.device, quick: bool) -> list[dict]:
                 base = base or s
                 row["speedup_vs_bf16"] = base / s
             except Exception as e:
-                row["error"] = str(e).strip().splitlines()[0][:200]
+                row["error"] = first_line(e, 200)
             rows.append(row)
             print(f"  {m}x{k}->{n} {name:>26}: {row.get('seconds', float('nan')) * 1e3:8.2f} ms", flush=True)
     return rows
@@ -157,7 +157,7 @@ def accelerate_fp8(dev: torch.device) -> dict:
         out.update(ran=True, model=type(acc.unwrap_model(model)).__name__,
                    linear_types=sorted({type(m).__name__ for m in acc.unwrap_model(model).modules()}))
     except Exception as e:
-        out.update(ran=False, message=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}")
+        out.update(ran=False, message=f"{type(e).__name__}: {first_line(e)}")
     return out
 
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/gpu/fp8_gemm.py measures a CUDA GPU; none is visible here (--quick runs a CPU smoke test)",
               file=sys.stderr)
         return 1
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device()
     t0 = time.perf_counter()
     data: dict = {"device": device_name(dev), "peak_tflops": {d: (peak_flops(d) or 0) / 1e12 or None
                                                               for d in ("bf16", "fp8")}}
@@ -200,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     part("accelerate_fp8", lambda: accelerate_fp8(dev), data)
     data["seconds_total"] = time.perf_counter() - t0
     name = "fp8_gemm_quick.json" if args.quick else "fp8_gemm.json"
-    write_result(args.out / name, data, command=f"python bench/gpu/fp8_gemm.py --out {args.out}"
-                 + (" --quick" if args.quick else ""))
+    write_result(args.out / name, data)
     print(f"wrote {args.out / name} in {data['seconds_total']:.0f} s")
     return 0
 

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_tflops": {d: (peak_flops(d) or 0) / 1e12 or None for d in DTYPES},
         "seconds_total": time.perf_counter() - t0,
     }
-    write_result(args.out / "matmul.json", data, command="python bench/gpu/matmul.py --out " + str(args.out))
+    write_result(args.out / "matmul.json", data)
     print(f"wrote {args.out / 'matmul.json'} in {data['seconds_total']:.0f} s")
     return 0
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from gputrain.device import Timer, device_name, write_result
-from gputrain.memory import apply_activation_checkpointing, estimate, measure_step, tensor_bytes
+from gputrain.memory import apply_activation_checkpointing, estimate, held_bytes, measure_step
 from gputrain.model import GPT, GPTConfig
 from gputrain.precision import MasterWeights
 
@@ -68,9 +68,7 @@ def check_one(cfg: GPTConfig, batch: int, recipe: str, checkpointing: bool, devi
     optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
-    torch_opt = getattr(optimizer, "optimizer", optimizer)
-    states = [t for s in torch_opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-    held = tensor_bytes(list(model.parameters()) + list(getattr(optimizer, "master_params", [])) + states)
+    held = held_bytes(model, optimizer)
     other = torch.cuda.memory_allocated(device) - held
     step(model, optimizer, x, y, autocast)
     torch.cuda.synchronize(device)
@@ -137,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"device": device_name(), "model": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
                                                "block_size": 1024},
             "rows": rows, "accelerate": speed, "seconds_total": time.perf_counter() - t0}
-    write_result(args.out / "memory_check.json", data,
-                 command="python bench/gpu/memory_check.py --out " + str(args.out))
+    write_result(args.out / "memory_check.json", data)
     print(f"wrote {args.out / 'memory_check.json'} in {data['seconds_total']:.0f} s")
     return 0
 

@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['bytes'] / 2**20:8.0f} MiB: dist.all_reduce {row['dist.all_reduce']['bus_GBps']:7.1f} GB/s, "
               f"ring_all_reduce {row['ring_all_reduce']['bus_GBps']:7.1f} GB/s (bus bandwidth)")
     data = {"device": device_name(), "gpus": args.gpus, "rows": rows, "seconds_total": time.perf_counter() - t0}
-    write_result(args.out / "nccl_allreduce.json", data,
-                 command=f"python bench/gpu/nccl_allreduce.py --gpus {args.gpus} --out {args.out}")
+    write_result(args.out / "nccl_allreduce.json", data)
     print(f"wrote {args.out / 'nccl_allreduce.json'} in {data['seconds_total']:.0f} s")
     return 0
 

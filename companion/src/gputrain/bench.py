@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import device, device_name, synchronize, write_result
+from .device import device, device_name, first_line, synchronize, write_result
 from .metrics import ThroughputMeter, cpu_threads, fp32_matmul, gpt_train_flops_per_token, mfu, peak_for_mfu
 from .model import GPT, CausalSelfAttention, GPTConfig
 
@@ -226,7 +226,7 @@ def skip_reason(name: str, cfg: LadderConfig, dev: torch.device) -> Optional[str
         try:
             torch.optim.AdamW([torch.zeros(1, device=dev, requires_grad=True)], fused=True)
         except (RuntimeError, ValueError) as exc:
-            return f"fused AdamW not available here ({str(exc).splitlines()[0]})"
+            return f"fused AdamW not available here ({first_line(exc)})"
     return None
 
 
@@ -238,11 +238,11 @@ class Batches:
     """
 
     def __init__(self, cfg: LadderConfig, dev: torch.device, n_batches: int = 4):
-        from .data import python_corpus
+        from .data import ByteTokenizer, python_corpus
 
         T, B = cfg.block_size, cfg.big_batch_size
         text = python_corpus(max_bytes=max(100_000, 4 * (T + 1)))
-        tokens = torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()  # (N,)
+        tokens = ByteTokenizer.encode_tensor(text)  # (N,) one token per UTF-8 byte
         gen = torch.Generator().manual_seed(cfg.seed)
         starts = torch.randint(0, len(tokens) - T - 1, (n_batches, B), generator=gen)  # (n, B)
         windows = tokens[starts[..., None] + torch.arange(T + 1)] % cfg.vocab_size  # (n, B, T + 1)
@@ -298,10 +298,9 @@ class Rung:
 
     def state_bytes(self) -> int:
         """Bytes of the parameters and optimizer states this rung holds between steps."""
-        from .memory import tensor_bytes
+        from .memory import held_bytes
 
-        states = [t for s in self.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-        return tensor_bytes(list(self.raw.parameters()) + states)
+        return held_bytes(self.raw, self.optimizer)
 
     def cpu_peak_bytes(self) -> Optional[int]:
         """Most bytes allocated at once during one step, counted tensor by tensor (eager rungs on a CPU)."""
@@ -394,7 +393,7 @@ def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, 
             else (None, "")
         result = LadderResult(config=dataclasses.asdict(cfg), device=device_name(dev), device_type=dev.type,
                               flops_per_token=gpt_train_flops_per_token(shape), n_params=matmul_params(shape),
-                              peak_datasheet=sheet if dev.type == "cuda" else None, peak_measured=measured,
+                              peak_datasheet=sheet, peak_measured=measured,
                               peak_measured_source=source, threads=torch.get_num_threads())
         save = (lambda: write_result(out, result.to_dict(), command=command)) if out else (lambda: None)
         data = Batches(cfg, dev)

@@ -28,6 +28,8 @@ import torch.nn as nn
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from .device import first_line
+
 # A checkpoint is a directory step_00000100/ holding model.safetensors (the
 # weights), trainer.safetensors (optimizer tensors, RNG states, loss history;
 # everything else as JSON in its metadata) and manifest.json (sha256 of both).
@@ -36,6 +38,21 @@ from safetensors.torch import save as st_save
 
 CHECKPOINT_FORMAT = "gputrain-checkpoint-1"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_path(directory, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives inside ``directory``."""
+    return Path(directory) / f"step_{step:08d}"
+
+
+def checkpoint_step(path) -> int:
+    """The step a checkpoint directory's name records."""
+    return int(_STEP_DIR.match(Path(path).name).group(1))
+
+
+def best_weights_path(directory) -> Path:
+    """Where early stopping keeps its best weights inside ``directory``."""
+    return Path(directory) / "best.safetensors"
 
 
 class CheckpointError(ValueError):
@@ -113,12 +130,16 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
         shutil.rmtree(stale, ignore_errors=True)
-    final, tmp = root / f"step_{step:08d}", root / f".step_{step:08d}.tmp"
+    final = checkpoint_path(root, step)
+    tmp = root / f".{final.name}.tmp"
     tmp.mkdir()
     weights, aliases = weights_of(model)
     model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases),
                   "model_config": json.dumps(model_config)}
-    trainer, meta = {}, {"format": CHECKPOINT_FORMAT, "step": step, "progress": progress}
+    history = ("losses", "lrs", "grad_norms")  # long float lists: tensors, not JSON
+    trainer = {f"history.{name}": torch.tensor(progress[name], dtype=torch.float64) for name in history}
+    meta = {"format": CHECKPOINT_FORMAT, "step": step,
+            "progress": {k: v for k, v in progress.items() if k not in history}}
     opt_state = optimizer.state_dict()
     meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
     for idx, state in opt_state["state"].items():
@@ -131,8 +152,6 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
     meta["scheduler"] = scheduler.state_dict()
     rng_tensors, meta["rng"] = _rng_state()
     trainer.update(rng_tensors)
-    for name in ("losses", "lrs", "grad_norms"):
-        trainer[f"history.{name}"] = torch.tensor(progress.pop(name), dtype=torch.float64)
     files = {"model.safetensors": st_save(weights, metadata=model_meta),
              "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)})}
     for name, data in files.items():
@@ -151,9 +170,8 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
 def list_checkpoints(directory) -> list[Path]:
     """Complete checkpoints in ``directory``, oldest first."""
     root = Path(directory)
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()] \
-        if root.is_dir() else []
-    return [p for _, p in sorted(found)]
+    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir()] if root.is_dir() else []
+    return sorted(found, key=checkpoint_step)
 
 
 def find_checkpoint(path) -> Path:
@@ -204,7 +222,7 @@ def read_checkpoint(path) -> Checkpoint:
                           model_config=json.loads(model_meta["model_config"]),
                           trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = first_line(exc)
         raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); "
                               "resume from an earlier checkpoint") from None
 
@@ -235,7 +253,7 @@ def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: di
 
 def save_best_weights(directory, state: tuple[dict[str, torch.Tensor], dict[str, str]]) -> Path:
     """Write early stopping's best weights (from :func:`weights_of`) to ``directory/best.safetensors``, atomically."""
-    path = Path(directory) / "best.safetensors"
+    path = best_weights_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, st_save(state[0], metadata={"aliases": json.dumps(state[1])}))
     return path

@@ -115,7 +115,6 @@ def _loop_overhead(steps: int, rounds: int, threads: int = 0) -> Optional[float]
 
     ``threads`` > 0 pins both loops to that many CPU threads (OMP_NUM_THREADS), as the ladder does.
     """
-    import os
     import subprocess
     from pathlib import Path
 

@@ -28,12 +28,12 @@ class PresetError(ValueError):
     """An unknown preset name (from ``GPUTRAIN_PRESET`` or a flag)."""
 
 
-def check_preset(name: str, source: str = ENV_PRESET) -> str:
+def check_preset(name: str) -> str:
     """Return ``name`` if it is a preset, else raise one clear error."""
     if name not in PRESETS:
         allowed = ", ".join(PRESETS)
         raise PresetError(
-            f"{source}={name!r} is not a preset; use one of: {allowed} "
+            f"{ENV_PRESET}={name!r} is not a preset; use one of: {allowed} "
             f"(or leave it unset to choose from the hardware)"
         )
     return name
@@ -210,8 +210,15 @@ def provenance(command: str = "") -> dict[str, object]:
         "torch": i["torch"],
         "accelerate": i["accelerate"],
         "cuda": i["cuda"],
-        "command": command or " ".join(sys.argv),
+        # by default the command line that ran: a script gets its interpreter named
+        "command": command or " ".join((["python"] if sys.argv[0].endswith(".py") else []) + sys.argv),
     }
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for one-line errors."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
 
 
 def write_result(path, data: dict, command: str = "") -> None:

@@ -43,14 +43,21 @@ class RunLog:
             self.accelerator.log({k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"},
                                  step=values["step"])
 
-    def flush(self) -> None:
-        if self.file:
-            self.file.flush()
-
     def close(self) -> None:
         if self.file:
             self.file.close()
             self.file = None
+
+
+def event_steps(events) -> tuple[list[int], list[int]]:
+    """``(skipped, spikes)``: the steps whose update was dropped, and those the spike detector flagged.
+
+    ``events`` is ``(step, event)`` pairs, events as :class:`~gputrain.train.StepGuard` names them.
+    """
+    events = [(int(s), e) for s, e in events if e]
+    skipped = sorted(s for s, e in events if e in ("nonfinite", "spike-skipped"))
+    spikes = sorted(s for s, e in events if e.startswith("spike"))
+    return skipped, spikes
 
 
 def read_history(path) -> dict[str, list]:
@@ -83,8 +90,7 @@ def plot_history(history, axes=None, smooth: int = 10):
         h = read_history(history)
         losses, lrs, norms = h["loss"], h["lr"], h["grad_norm"]
         val = [(int(s), v) for s, v in zip(h["step"], h["val_loss"]) if math.isfinite(v)]
-        spikes = [int(s) for s, e in zip(h["step"], h["event"]) if e.startswith("spike")]
-        skipped = [int(s) for s, e in zip(h["step"], h["event"]) if e == "nonfinite"]
+        skipped, spikes = event_steps(zip(h["step"], h["event"]))
     if axes is None:
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
     fig = axes[0].figure

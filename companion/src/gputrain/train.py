@@ -38,14 +38,15 @@ from accelerate.utils import DistributedType, GradientAccumulationPlugin, set_se
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from .checkpoint import (Checkpoint, CheckpointError, check_compatible, list_checkpoints, load_trainer_state,
-                         load_weights, read_best_weights, read_checkpoint, save_best_weights, save_checkpoint,
-                         weights_of)
+from .checkpoint import (Checkpoint, CheckpointError, best_weights_path, check_compatible, checkpoint_path,
+                         checkpoint_step, list_checkpoints, load_trainer_state, load_weights, read_best_weights,
+                         read_checkpoint, save_best_weights, save_checkpoint, weights_of)
 from .config import PRESETS, TrainConfig, data_source, gpt2_small, preset_config, small, tiny  # noqa: F401
-from .data import TokenDataset, python_corpus, read_text_files, split_tokens
+from .data import ByteTokenizer, TokenDataset, python_corpus, read_text_files, split_tokens
+from .device import first_line
 from .metrics import SpikeDetector, fp32_matmul
 from .model import GPT
-from .runlog import LOG_COLUMNS, RunLog, plot_history, read_history  # noqa: F401
+from .runlog import LOG_COLUMNS, RunLog, event_steps, plot_history, read_history  # noqa: F401
 from .schedule import warmup_constant, warmup_cosine
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -66,8 +67,7 @@ def load_text(cfg: TrainConfig) -> str:
     try:
         ds = datasets.load_dataset(name, split=split or "train")
     except (ValueError, OSError) as exc:  # unknown split, no such dataset, offline: one line, not a traceback
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"data={cfg.data!r}: Hugging Face datasets could not load it ({first_line}); "
+        raise ValueError(f"data={cfg.data!r}: Hugging Face datasets could not load it ({first_line(exc)}); "
                          "check the name and split, or pass local files") from None
     column = "text" if "text" in ds.column_names else ds.column_names[0]
     parts, total = [], 0
@@ -84,8 +84,7 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
     text = load_text(cfg)
     if not text:
         raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
-    # the byte tokenizer's encode (one token per UTF-8 byte), without a Python list per byte
-    tokens = torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()  # (N,)
+    tokens = ByteTokenizer.encode_tensor(text)  # (N,) one token per UTF-8 byte
     train_tokens, val_tokens = split_tokens(tokens, cfg.val_fraction)
     need = cfg.window + 1
     for name, part in (("training", train_tokens), ("validation", val_tokens)):
@@ -353,12 +352,12 @@ def _check_directories(cfg: TrainConfig, model: nn.Module, model_config: Optiona
         return None
     ckpt = read_checkpoint(cfg.resume_from)
     check_compatible(ckpt, model, model_config)
-    later = [p for p in list_checkpoints(cfg.checkpoint_dir) if int(p.name[5:]) > ckpt.step] \
+    later = [p for p in list_checkpoints(cfg.checkpoint_dir) if checkpoint_step(p) > ckpt.step] \
         if cfg.checkpoint_dir else []
     if later:
         raise CheckpointError(f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
                               "resume from the newest checkpoint or write to a fresh checkpoint_dir")
-    best_path = ckpt.path.parent / "best.safetensors"
+    best_path = best_weights_path(ckpt.path.parent)
     if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
         raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
     return ckpt
@@ -370,7 +369,7 @@ class _BestWeights:
     def __init__(self, cfg: TrainConfig, progress: dict, ckpt: Optional[Checkpoint]):
         self.cfg, self.progress, self.state = cfg, progress, None
         if ckpt and cfg.patience and progress["best_step"]:
-            self.state = read_best_weights(ckpt.path.parent / "best.safetensors")
+            self.state = read_best_weights(best_weights_path(ckpt.path.parent))
 
     def update(self, step: int, val: float, model: nn.Module, main_process: bool) -> bool:
         """Record a validation loss; return True when the patience has run out."""
@@ -413,7 +412,7 @@ def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional
         with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
             train_data, val_data = build_data(cfg)
         model = GPT(cfg.model_config())
-        model_config = asdict(cfg.model_config())
+        model_config = asdict(model.cfg)
     else:
         model_config = None
     need = cfg.batch_size * accelerator.num_processes
@@ -464,11 +463,8 @@ def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional
             (bar.write if show else accelerator.print)(message)
 
     def state_for_disk() -> dict:
-        p = {k: v for k, v in progress.items()}
-        p["losses"], p["lrs"], p["grad_norms"] = list(p["losses"]), list(p["lrs"]), list(p["grad_norms"])
-        p["bad_in_row"] = guard.bad_in_row
-        p["detector"] = guard.detector.state_dict() if guard.detector else None
-        return p
+        return dict(progress, bad_in_row=guard.bad_in_row,
+                    detector=guard.detector.state_dict() if guard.detector else None)
 
     def checkpoint() -> Path:
         path = None
@@ -476,7 +472,7 @@ def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional
             path = save_checkpoint(cfg.checkpoint_dir, progress["step"], accelerator.unwrap_model(model),
                                    optimizer, scheduler, state_for_disk(), model_config, keep=cfg.keep_checkpoints)
         accelerator.wait_for_everyone()
-        return path or Path(cfg.checkpoint_dir) / f"step_{progress['step']:08d}"
+        return path or checkpoint_path(cfg.checkpoint_dir, progress["step"])
 
     batches = _batches(train_loader, accelerator, progress["epoch"], progress["batch"])
     last_ckpt, stopped_early, tokens, t0 = None, False, 0, time.perf_counter()
@@ -518,13 +514,12 @@ def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional
             bar.update()
             if cfg.checkpoint_dir and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
                 last_ckpt = checkpoint()
-                log.flush()
             if stopped_early:
                 say(f"early stop at step {step}: validation loss has not improved for {cfg.patience} "
                     f"evaluations; restoring the weights of step {progress['best_step']}")
                 break
         seconds = max(time.perf_counter() - t0, 1e-9)
-        if cfg.checkpoint_dir and (last_ckpt is None or not last_ckpt.name.endswith(f"{progress['step']:08d}")):
+        if cfg.checkpoint_dir and (last_ckpt is None or checkpoint_step(last_ckpt) != progress["step"]):
             last_ckpt = checkpoint()
     finally:
         bar.close()
@@ -534,8 +529,7 @@ def _train(cfg: TrainConfig, *, model: Optional[nn.Module], train_data: Optional
     unwrapped = accelerator.unwrap_model(model)
     if cfg.patience and best.state is not None:
         load_weights(unwrapped, *best.state)
-    skipped = sorted(int(s) for s, e in events.items() if e in ("nonfinite", "spike-skipped"))
-    spikes = sorted(int(s) for s, e in events.items() if e.startswith("spike"))
+    skipped, spikes = event_steps(events.items())
     result = TrainResult(
         losses=progress["losses"], val_losses=[tuple(v) for v in progress["val_losses"]], lrs=progress["lrs"],
         grad_norms=progress["grad_norms"], tokens_per_s=tokens / seconds, seconds=seconds, model=unwrapped,

@@ -33,13 +33,3 @@ from .order import (  # noqa: F401
     digits, order_by, per_class_accuracy, OrderedRun, train_in_order,
 )
 
-__all__ = [
-    'stdlib_files', 'read_text_files', 'python_corpus', 'DedupReport', 'dedup_exact',
-    'split_indices', 'sample_text', 'sample_image_files', 'to_tensor', 'sample_image',
-    'decode_jpeg', 'resize', 'resize_shorter', 'center_crop', 'minmax', 'channel_stats',
-    'standardize', 'random_flip', 'random_crop', 'rotate', 'random_rotation', 'augment',
-    'ByteTokenizer', 'SPLIT_PATTERN', 'BPE_FORMAT', 'BPETokenizer', 'bytes_per_token',
-    'TokenDataset', 'split_tokens', 'make_loader', 'token_loader', 'infinite', 'JpegImages',
-    'LoaderStats', 'loader_throughput', 'digits', 'order_by', 'per_class_accuracy', 'OrderedRun',
-    'train_in_order',
-]

@@ -10,6 +10,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+import torch
+
 
 class ByteTokenizer:
     """The simplest tokenizer: one token per UTF-8 byte, vocabulary 256.
@@ -24,6 +26,11 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    @staticmethod
+    def encode_tensor(text: str) -> torch.Tensor:
+        """:meth:`encode` as a (N,) int64 tensor, without a Python list per byte (for whole corpora)."""
+        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()  # (N,)
 
 
 # Chunks a merge may not cross: runs of letters (and _), of digits, of other

@@ -82,7 +82,7 @@ def test_checkpointing_other_block_types_and_errors():
 # --- the estimator: published numbers ---------------------------------------------------------------
 
 from gputrain.memory import (GPT3_175B, RECIPES, ModelShape, PrecisionRecipe, estimate,  # noqa: E402
-                             get_recipe, korthikanti_activations, measure_step, register_recipe)
+                             get_recipe, korthikanti_activations, measure_step)
 from gputrain.precision import MasterWeights  # noqa: E402
 
 
@@ -124,12 +124,13 @@ def test_our_gpt_matches_korthikanti_without_masks_and_attention_matrix():
     assert per_token * 512 < korthikanti_activations(512, 1, 1024, 16, recompute="selective")
 
 
-def test_fp8_recipe_is_one_more_entry():
-    recipe = register_recipe(PrecisionRecipe("test-fp8", 1, 2, 4, 4, 1, 2, note="test only"))
-    try:
-        assert estimate(1e9, precision="test-fp8").parameters == 1e9
-    finally:
-        RECIPES.pop(recipe.name)
+def test_fp8_recipes_are_rows_of_the_table_and_own_recipes_are_instances():
+    assert RECIPES["fp8-deepseek-v3"] is get_recipe("fp8-deepseek-v3")
+    recipe = PrecisionRecipe("test-fp8", 1, 2, 4, 4, 1, 2, note="test only")
+    assert estimate(1e9, precision=recipe).parameters == 1e9
+    assert "test-fp8" not in RECIPES
+    with pytest.raises(ValueError, match="PrecisionRecipe.grads must be >= 0"):
+        PrecisionRecipe("bad", 1, -2, 4, 4, 1, 2)
 
 
 # --- the estimator against measurement --------------------------------------------------------------
@@ -224,3 +225,25 @@ def test_cli_memory_prints_the_breakdown():
     assert "31.406 GB" in out.stdout.splitlines()[-2]  # total: ZeRO's 31.4 GB
     bad = run_cli("memory", "--zero-stage", "5", timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "gputrain memory: error: zero_stage must be 0, 1, 2 or 3, got 5"
+
+
+def test_fp8_recipes_exist_without_importing_fp8():
+    # issue 13a: the FP8 recipes are rows of the one table, not registered by importing gputrain.fp8
+    import subprocess
+    import sys
+
+    code = ("import sys; from gputrain.memory import RECIPES, estimate; "
+            "assert 'gputrain.fp8' not in sys.modules; "
+            "assert {'fp8-autocast', 'fp8-deepseek-v3'} <= set(RECIPES), sorted(RECIPES); "
+            "e = estimate(1e9, precision='fp8-deepseek-v3', optimizer='adamw'); "
+            "assert e.total == 13e9, e.total; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_cli_memory_accepts_the_fp8_recipes():
+    from helpers import run_cli
+
+    out = run_cli("memory", "--precision", "fp8-deepseek-v3", "--model", "gpt2-small", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "fp8-deepseek-v3" in out.stdout.splitlines()[0]

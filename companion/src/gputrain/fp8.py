@@ -28,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .device import median_seconds
-from .memory import PrecisionRecipe, register_recipe
 from .precision import FloatFormat, get_format
 
 FP8_NAMES = ("e4m3", "e5m2")
@@ -553,17 +552,7 @@ def linear_operands(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return found
 
 
-# --- 5. memory recipes and timing ------------------------------------------------------------------
-
-FP8_RECIPES = (
-    PrecisionRecipe("fp8-autocast", 4, 4, 0, 4, 2, 4, weight_cast=1,
-                    note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')"),
-    PrecisionRecipe("fp8-deepseek-v3", 1, 4, 4, 2, 1, 2,
-                    note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
-                         "FP32 master weights and gradients, BF16 Adam moments"),
-)
-for _r in FP8_RECIPES:
-    register_recipe(_r)
+# --- 5. timing (the FP8 memory recipes are rows of gputrain.memory.RECIPES) ------------------------
 
 
 GemmKind = str  # "bf16", "fp8-tensor", "fp8-row", "fp8-block"

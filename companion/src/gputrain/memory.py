@@ -93,7 +93,8 @@ def is_checkpointed(model: nn.Module) -> bool:
 class PrecisionRecipe:
     """How many bytes each kind of training state takes under one precision recipe (chapter 7).
 
-    An FP8 recipe (chapter 9) is one more instance, added with :func:`register_recipe`.
+    The FP8 recipes (chapter 9) are two more rows of :data:`RECIPES`; a recipe
+    of one's own can be passed to :func:`estimate` as an instance.
     """
 
     name: str
@@ -106,36 +107,37 @@ class PrecisionRecipe:
     weight_cast: float = 0.0  # bytes per matmul weight of low-precision copies saved for backward (autocast)
     note: str = ""  # where the recipe comes from
 
+    def __post_init__(self) -> None:
+        for name in ("weights", "grads", "master", "optimizer_state", "activations", "residual", "weight_cast"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"PrecisionRecipe.{name} must be >= 0, got {getattr(self, name)}")
+
     def bytes_per_param(self, optimizer: str = "adam") -> float:
         """Persistent bytes per parameter: weights + grads + master + optimizer states."""
         return self.weights + self.grads + self.master + optimizer_states(optimizer) * self.optimizer_state
 
 
-RECIPES: dict[str, PrecisionRecipe] = {}
-
-
-def register_recipe(recipe: PrecisionRecipe) -> PrecisionRecipe:
-    """Add (or replace) a recipe so :func:`estimate` and the CLI accept its name."""
-    for field_name in ("weights", "grads", "master", "optimizer_state", "activations", "residual", "weight_cast"):
-        if getattr(recipe, field_name) < 0:
-            raise ValueError(f"PrecisionRecipe.{field_name} must be >= 0, got {getattr(recipe, field_name)}")
-    RECIPES[recipe.name] = recipe
-    return recipe
-
-
-for _r in (
-    PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
-    PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
-    PrecisionRecipe("bf16-mixed", 2, 2, 4, 4, 2, 2,
-                    note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)"),
-    PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
-    PrecisionRecipe("bf16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
-                    note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master"),
-    PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
-                    note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
-    PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
-):
-    register_recipe(_r)
+RECIPES: dict[str, PrecisionRecipe] = {
+    r.name: r
+    for r in (
+        PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
+        PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
+        PrecisionRecipe("bf16-mixed", 2, 2, 4, 4, 2, 2,
+                        note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)"),
+        PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
+        PrecisionRecipe("bf16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                        note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master"),
+        PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                        note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
+        PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
+        # FP8 (chapter 9)
+        PrecisionRecipe("fp8-autocast", 4, 4, 0, 4, 2, 4, weight_cast=1,
+                        note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')"),
+        PrecisionRecipe("fp8-deepseek-v3", 1, 4, 4, 2, 1, 2,
+                        note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
+                             "FP32 master weights and gradients, BF16 Adam moments"),
+    )
+}
 
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
 

@@ -145,3 +145,30 @@ def test_master_weights_keep_updates_that_bf16_eats():
         master.step()
     torch.testing.assert_close(master.master_params[0], torch.full((4,), 0.99), rtol=0, atol=1e-6)
     assert (v < 1).all()  # ten small steps added up to one bf16 step
+
+
+@pytest.mark.parametrize("growth_factor", [2.0, 1.5])
+def test_loss_scale_never_grows_to_inf(growth_factor):
+    # issue 13e: the grown scale must be finite *in FP32*, where GradScaler keeps it; 2^128 is finite in FP64
+    p_ours, p_ref = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.ones(4))
+    kwargs = dict(init_scale=2.0**126, growth_factor=growth_factor, backoff_factor=0.5, growth_interval=1)
+    ours, ref = DynamicLossScaler(**kwargs), torch.amp.GradScaler("cpu", **kwargs)
+    scales = {"ours": [], "GradScaler": []}
+    poison = [1.0] * 5 + [float("inf")] + [1.0] * 4  # finite steps, one overflow, finite again
+    for bad in poison:
+        for p, scaler, name in ((p_ours, ours, "ours"), (p_ref, ref, "GradScaler")):
+            opt = torch.optim.SGD([p], lr=0.0)
+            opt.zero_grad()
+            scaler.scale((p * 1e-30).sum() * bad).backward()  # gradients 1e-30 * scale: finite up to FP32's max
+            scaler.step(opt)
+            scaler.update()
+            scales[name].append(scaler.get_scale())
+    assert scales["ours"] == scales["GradScaler"], scales
+    assert all(torch.isfinite(torch.tensor(s, dtype=torch.float32)) for s in scales["ours"]), scales
+    assert max(scales["ours"]) > 2.0**126  # it did grow up to the top of FP32's range
+    assert scales["ours"][5] == scales["ours"][4] * 0.5  # and backs off from there after the overflow
+
+
+def test_loss_scale_init_must_fit_fp32():
+    with pytest.raises(ValueError, match="init_scale"):
+        DynamicLossScaler(init_scale=1e39)  # inf as an FP32 scale

@@ -131,6 +131,11 @@ def bit_fields(value: float, fmt: "str | FloatFormat") -> tuple[str, str, str]:
     return pattern[0], pattern[1 : 1 + f.exponent_bits], pattern[1 + f.exponent_bits :]
 
 
+def _fp32(value: float) -> float:
+    """``value`` rounded to the nearest FP32 number (inf beyond FP32's range)."""
+    return float(torch.tensor(value, dtype=torch.float64).float())
+
+
 class DynamicLossScaler:
     """Dynamic loss scaling written from scratch: the behaviour of ``torch.amp.GradScaler`` (chapter 7).
 
@@ -147,7 +152,10 @@ class DynamicLossScaler:
                  backoff_factor: float = 0.5, growth_interval: int = 2000):
         if not init_scale > 0 or not growth_factor > 1 or not 0 < backoff_factor < 1 or growth_interval < 1:
             raise ValueError("need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1")
-        self.scale_value = float(init_scale)
+        if _fp32(init_scale) == float("inf"):
+            raise ValueError(f"init_scale={init_scale:g} is inf in FP32 (max {torch.finfo(torch.float32).max:.4g}); "
+                             "pass a smaller init_scale, e.g. 2.0**16")
+        self.scale_value = _fp32(init_scale)
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor
         self.growth_interval = growth_interval
@@ -191,18 +199,18 @@ class DynamicLossScaler:
         """Back off after an overflow; grow after ``growth_interval`` clean steps in a row."""
         if self._found_inf is None:
             raise RuntimeError("update() needs a step() (or unscale_()) in this iteration first")
+        # GradScaler keeps its scale as an FP32 tensor: ours is rounded to FP32 after every change,
+        # and a grown scale is judged after that rounding (2^128 is finite in FP64 but inf in FP32)
         if self._found_inf:
-            self.scale_value *= self.backoff_factor
+            self.scale_value = _fp32(self.scale_value * self.backoff_factor)
             self.good_steps = 0
         else:
             self.good_steps += 1
             if self.good_steps == self.growth_interval:
-                grown = self.scale_value * self.growth_factor
+                grown = _fp32(self.scale_value * self.growth_factor)
                 if grown != float("inf"):  # GradScaler refuses to grow into inf
                     self.scale_value = grown
                 self.good_steps = 0
-        # GradScaler keeps its scale as an FP32 tensor: round ours the same way
-        self.scale_value = float(torch.tensor(self.scale_value, dtype=torch.float32))
         self._found_inf = None
 
 

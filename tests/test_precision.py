@@ -172,3 +172,21 @@ def test_loss_scale_never_grows_to_inf(growth_factor):
 def test_loss_scale_init_must_fit_fp32():
     with pytest.raises(ValueError, match="init_scale"):
         DynamicLossScaler(init_scale=1e39)  # inf as an FP32 scale
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_signed_zeros_keep_their_sign(name):
+    # issue 13g: -0.0, and negatives too small for the format, round to -0.0 as torch's casts do
+    f = get_format(name)
+    tiny = f.smallest_subnormal
+    x64 = torch.tensor([-0.0, 0.0, -tiny / 4, tiny / 4, -tiny / 2, -tiny, -1.0, 1.0], dtype=torch.float64)
+    for x in (x64, x64.float()):  # FP64 inputs keep FP32's tiny negatives nonzero until rounded
+        got = round_to_format(x, f)
+        if f.dtype is not None:
+            expected = x.to(f.dtype).to(x.dtype)
+            assert torch.equal(got.signbit(), expected.signbit()), (got.tolist(), expected.tolist())
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        assert got[:3].eq(0).all() and got.signbit().tolist() == x.signbit().tolist()
+    sign, exponent, mantissa = bit_fields(-0.0, f)
+    assert (sign, set(exponent), set(mantissa)) == ("1", {"0"}, {"0"})
+    assert bit_fields(0.0, f)[0] == "0"

@@ -113,7 +113,8 @@ def round_to_format(x: torch.Tensor, fmt: "str | FloatFormat") -> torch.Tensor:
     q = torch.round(a / ulp) * ulp  # torch.round rounds half to even
     q = torch.where(torch.isinf(a), a, q)  # inf stays inf (NaN is restored below)
     q = torch.where(q > f.max, torch.full_like(q, f.max if f.saturates else float("inf")), q)
-    return (torch.sign(x.detach().double()) * q).to(x.dtype).where(~torch.isnan(x), x)
+    # copysign, not sign(x) * q: sign(-0.0) is +0, and casts keep -0.0 (as do tiny negatives rounded to 0)
+    return torch.copysign(q, x.detach().double()).to(x.dtype).where(~torch.isnan(x), x)
 
 
 def bit_fields(value: float, fmt: "str | FloatFormat") -> tuple[str, str, str]:

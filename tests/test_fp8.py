@@ -129,6 +129,29 @@ def test_all_zero_tile_gives_no_nan(granularity):
     assert (back[:128, :128] == 0).all()
 
 
+def _group_of(granularity, r, c, shape, block=fp8.TILE):
+    """Mask of the entries that share entry (r, c)'s scale."""
+    rows, cols = torch.arange(shape[0])[:, None], torch.arange(shape[1])[None, :]
+    same_row, same_tile_col = rows == r, cols // block == c // block
+    return {"tensor": torch.ones(shape, dtype=torch.bool), "row": same_row.expand(shape),
+            "tile": same_row & same_tile_col, "block": (rows // block == r // block) & same_tile_col}[granularity]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", FMTS)
+@pytest.mark.parametrize("granularity", fp8.GRANULARITIES)
+def test_a_non_finite_input_makes_exactly_its_group_nan(granularity, name, bad):
+    # issue 13h: NaN used to leave the rest of its group quantized with scale 1.0
+    x = randn(200, 300, seed=8)  # ragged tiles and blocks
+    x[130, 260] = bad
+    q = fp8.quantize(x, name, granularity)
+    back = fp8.dequantize(q)
+    group = _group_of(granularity, 130, 260, x.shape)
+    assert torch.isnan(back[group]).all(), int(torch.isnan(back[group]).sum())
+    assert torch.isfinite(back[~group]).all()
+    assert torch.isnan(fp8.fake_quantize(x, name, granularity, pow2_scale=True)[group]).all()
+
+
 def test_one_outlier_flushes_a_per_tensor_scale_but_not_a_tile():
     x = randn(512, 512, seed=7)
     x[3, 5] = 1e6  # a million times the typical entry

@@ -165,7 +165,8 @@ def quantize(x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *,
     scale = amax / f.max  # () / (R, 1) / (R, Cb) / (Rb, Cb)
     if pow2_scale:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # all-zero group (or underflow): 1
+    # all-zero group (or underflow): 1; a NaN or inf scale stays, so its whole group dequantizes to NaN
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
     if granularity == "row":
         scale = scale[:, None]  # (R, 1)
     codes = (g / _per_group(scale, granularity)).clamp(-f.max, f.max).to(f.dtype)

@@ -270,6 +270,25 @@ def test_float8_linear_forward_and_gradients_close_to_linear(granularity):
     assert f8.last_path.startswith("emulated" if granularity == "block" else "torch._scaled_mm")
 
 
+@pytest.mark.parametrize("lead", [(0,), (2, 0), (0, 3)])
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block"])
+def test_float8_linear_takes_an_empty_batch_like_linear(granularity, lead):
+    # issue 13i: an MoE expert routinely receives zero tokens
+    torch.manual_seed(23)
+    lin = nn.Linear(40, 24)
+    f8 = fp8.Float8Linear.from_linear(lin, granularity=granularity)
+    x = torch.zeros(*lead, 40, requires_grad=True)
+    ref = lin(x)
+    ref_grads = torch.autograd.grad(ref.sum(), [x, lin.weight, lin.bias])
+    y = f8(x)
+    grads = torch.autograd.grad(y.sum(), [x, f8.weight, f8.bias])
+    assert y.shape == ref.shape == (*lead, 24) and y.dtype == ref.dtype
+    for g, r in zip(grads, ref_grads):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        torch.testing.assert_close(g, r, rtol=0, atol=0)  # empty, and zeros for the weight and bias
+    assert (grads[1] == 0).all() and grads[0].numel() == 0
+
+
 def test_float8_linear_under_autocast_returns_bf16():
     torch.manual_seed(20)
     f8 = fp8.Float8Linear(64, 48)

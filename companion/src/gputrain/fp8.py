@@ -128,9 +128,10 @@ def _ungrouped(g: torch.Tensor, granularity: str, R: int, C: int) -> torch.Tenso
     """Back from :func:`_grouped` to (R, C), dropping the padding."""
     if granularity in ("tensor", "row"):
         return g
+    # explicit sizes, not -1: a reshape cannot infer a size when there are no elements (an empty batch)
     if granularity == "tile":
-        return g.reshape(R, -1)[:, :C]
-    return g.reshape(g.shape[0] * g.shape[1], -1)[:R, :C]
+        return g.reshape(R, g.shape[1] * g.shape[2])[:, :C]
+    return g.reshape(g.shape[0] * g.shape[1], g.shape[2] * g.shape[3])[:R, :C]
 
 
 def _per_group(scale: torch.Tensor, granularity: str) -> torch.Tensor:
@@ -139,6 +140,18 @@ def _per_group(scale: torch.Tensor, granularity: str) -> torch.Tensor:
 
 
 _GROUP_DIMS = {"row": (1,), "tile": (2,), "block": (1, 3)}
+
+
+def _group_amax(g: torch.Tensor, granularity: str) -> torch.Tensor:
+    """Max-abs of each group of a :func:`_grouped` tensor: () / (R,) / (R, Cb) / (Rb, Cb).
+
+    A group with no entries (an empty batch: zero rows) has max-abs 0; torch's
+    ``amax`` refuses to reduce over nothing.
+    """
+    dims = tuple(range(g.dim())) if granularity == "tensor" else _GROUP_DIMS[granularity]
+    if g.numel() == 0:
+        return g.new_zeros([n for i, n in enumerate(g.shape) if i not in dims])
+    return g.abs().amax(dim=dims)
 
 
 def quantize(x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *, block: int = TILE,
@@ -159,10 +172,10 @@ def quantize(x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *,
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")
     shape = x.shape
-    x2 = x.detach().float().reshape(-1, shape[-1] if x.dim() else 1)  # (R, C): the last dim is the inner one
+    rows, cols = (math.prod(shape[:-1]), shape[-1]) if x.dim() else (1, 1)
+    x2 = x.detach().float().reshape(rows, cols)  # (R, C): the last dim is the inner one; R may be 0
     g = _grouped(x2, granularity, block)
-    amax = g.abs().amax() if granularity == "tensor" else g.abs().amax(dim=_GROUP_DIMS[granularity])
-    scale = amax / f.max  # () / (R, 1) / (R, Cb) / (Rb, Cb)
+    scale = _group_amax(g, granularity) / f.max  # () / (R,) / (R, Cb) / (Rb, Cb)
     if pow2_scale:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     # all-zero group (or underflow): 1; a NaN or inf scale stays, so its whole group dequantizes to NaN
@@ -354,6 +367,8 @@ def scaled_matmul(qa: Quantized, qb: Quantized, *, emulate: bool = False, align:
     """
     if qa.data.shape[1] != qb.data.shape[1]:
         raise ValueError(f"inner dimensions differ: {tuple(qa.data.shape)} @ {tuple(qb.data.shape)}^T")
+    if 0 in (*qa.data.shape, qb.data.shape[0]):  # an empty batch: no GEMM to launch, a sum of no products is 0
+        return qa.data.new_zeros(qa.data.shape[0], qb.data.shape[0], dtype=torch.float32)  # (R, N)
     fused = {qa.granularity, qb.granularity} <= {"tensor", "row"} and qa.granularity == qb.granularity
     if emulate or not fused:
         return dequantize_2d(qa) @ dequantize_2d(qb).t()  # (R, N)
@@ -480,7 +495,7 @@ class Float8Linear(nn.Linear):
         out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
         cfg = {"fmt": self.fmt, "grad_fmt": self.grad_fmt, "granularity": self.granularity,
                "emulate": self.emulate, "out_dtype": out_dtype}
-        y = _Float8Matmul.apply(x.reshape(-1, self.in_features), self.weight, cfg)  # (M, N)
+        y = _Float8Matmul.apply(x.reshape(math.prod(x.shape[:-1]), self.in_features), self.weight, cfg)  # (M, N)
         y = y.reshape(*x.shape[:-1], self.out_features)  # (..., N)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 

@@ -8,7 +8,7 @@ import torch
 from gputrain.bench import (RUNG_NAMES, Batches, HandWrittenAttention, LadderConfig, cpu_ladder, gpu_ladder,
                             padded_vocab, plan, run_ladder, skip_reason, use_hand_written_attention)
 from gputrain.cli import main
-from gputrain.device import read_result
+from gputrain.results import read_result
 from gputrain.model import GPT, GPTConfig
 from helpers import run_cli
 

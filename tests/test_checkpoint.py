@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from gputrain import checkpoint as C
+from gputrain.model import GPT
+from gputrain.train import checkpoint as C
 from gputrain import train as T
 from helpers import snapshot
 
@@ -61,7 +62,7 @@ def test_round_trip_keeps_ties_optimizer_and_history(tmp_path):
     result = T.train(cfg(max_steps=4, checkpoint_dir=str(tmp_path)))
     ckpt = C.read_checkpoint(tmp_path)
     assert ckpt.step == 4 and ckpt.aliases == {"head.weight": "wte.weight"}  # the tied matrix is stored once
-    model = T.GPT(cfg().model_config())
+    model = GPT(cfg().model_config())
     C.load_weights(model, ckpt.weights, ckpt.aliases)
     assert model.head.weight is model.wte.weight  # still tied after loading
     for k, v in result.model.state_dict().items():
@@ -158,7 +159,7 @@ def test_resuming_an_older_checkpoint_past_a_newer_one_is_refused(tmp_path):
 
 KILLER = r"""
 import json, os, signal, sys
-import gputrain.checkpoint as C
+import gputrain.train.checkpoint as C
 import gputrain.train as T
 
 where = sys.argv[2]

@@ -10,7 +10,7 @@ import torch
 
 from gputrain import data
 from gputrain.device import median_seconds
-from gputrain.metrics import cpu_threads
+from gputrain.speed import cpu_threads
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -389,7 +389,7 @@ def test_gpu_pipeline_bench_writes_its_result(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from gputrain.device import read_result
+    from gputrain.results import read_result
 
     path = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "data_pipeline.py"
     spec = importlib.util.spec_from_file_location("data_pipeline", path)

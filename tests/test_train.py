@@ -9,9 +9,9 @@ import scipy.stats
 import torch
 import torch.nn as nn
 
-from gputrain import checkpoint as C
+from gputrain.train import checkpoint as C
 from gputrain import train as T
-from gputrain.metrics import SpikeDetector
+from gputrain.train import SpikeDetector
 
 # A model small enough that a step takes milliseconds on a loaded CPU.
 SMALL = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=40_000,
@@ -63,7 +63,11 @@ def test_unknown_preset_names_the_choices():
     ({"seq_len": 65, "block_size": 64}, "seq_len=65 exceeds the model's context block_size=64"),
     ({"vocab_size": 100}, "too small for bytes"),
     ({"val_fraction": 1.0}, "val_fraction must be in"),
-    ({"schedule": "linear"}, "schedule must be 'cosine' or 'constant'"),
+    ({"schedule": "triangle"}, "schedule='triangle' is not one of: cosine, constant, linear, wsd, cosine-restarts"),
+    ({"optimizer": "adagrad"}, "optimizer='adagrad' is not one of: adamw, adam, sgd, momentum, lion"),
+    ({"mixed_precision": "int8"}, "mixed_precision='int8' is not one of: no, bf16, fp16, fp8"),
+    ({"beta2": 1.0}, "beta2 must be in"),
+    ({"decay_fraction": 0.0}, "decay_fraction must be in"),
     ({"dropout": 1.0}, "dropout must be in"),
     ({"patience": 3, "eval_interval": 0}, "patience needs validation passes"),
     ({"checkpoint_interval": 10}, "needs a checkpoint_dir"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gputrain import checkpoint as C
+from gputrain.train import checkpoint as C
 from gputrain import train as T
 from gputrain.cli import main
 from helpers import snapshot
@@ -109,11 +109,11 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
 
 def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):
     """accelerate launch --mixed_precision sets ACCELERATE_MIXED_PRECISION; gputrain train honours it."""
-    from gputrain import cli, train as train_module
+    from gputrain import cli
 
     seen = []
-    monkeypatch.setattr(train_module, "train", lambda cfg: seen.append(cfg.mixed_precision))
+    monkeypatch.setattr(cli, "train", lambda cfg: seen.append(cfg.mixed_precision))
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
-    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0"]) == 0
-    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--mixed-precision", "no"]) == 0
+    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--quiet"]) == 0
+    assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--mixed-precision", "no", "--quiet"]) == 0
     assert seen == ["bf16", "no"]

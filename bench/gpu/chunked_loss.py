@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from gputrain.device import write_result
+from gputrain.results import write_result
 from gputrain.loss import compare_head_memory
 
 

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from gputrain import data
-from gputrain.device import median_seconds, write_result
+from gputrain.device import median_seconds
+from gputrain.results import write_result
 
 
 def h2d_gb_s(batch: torch.Tensor, dev: torch.device, repeats: int = 10) -> float:

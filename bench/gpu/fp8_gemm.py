@@ -27,7 +27,8 @@ import torch
 import torch.nn as nn
 
 from gputrain import fp8
-from gputrain.device import device, device_name, first_line, median_seconds, peak_flops, write_result
+from gputrain.device import device, device_name, median_seconds, peak_flops
+from gputrain.results import first_line, write_result
 from gputrain.model import GPT, GPTConfig
 
 SQUARE = [1024, 2048, 4096, 8192, 16384]

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from gputrain.device import device_name, peak_flops, write_result
-from gputrain.metrics import copy_bandwidth, matmul_sweep
+from gputrain.device import device_name, peak_flops
+from gputrain.results import write_result
+from gputrain.speed import copy_bandwidth, matmul_sweep
 
 SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384]
 DTYPES = ["bf16", "fp16", "tf32", "fp32"]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from gputrain.device import Timer, device_name, write_result
+from gputrain.device import Timer, device_name
+from gputrain.results import write_result
 from gputrain.memory import apply_activation_checkpointing, estimate, held_bytes, measure_step
 from gputrain.model import GPT, GPTConfig
 from gputrain.precision import MasterWeights

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from gputrain.device import device_name, write_result
+from gputrain.device import device_name
+from gputrain.results import write_result
 from gputrain.parallel import launch
 from gputrain.parallel.ring import bandwidth_survey
 

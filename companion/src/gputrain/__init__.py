@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import inspect
 
-__version__ = "0.1.0"
+from .device import info, info_line, package_version, pick, preset
 
-from .device import info, info_line, pick, preset  # noqa: E402
+__version__ = package_version()  # from the installed package's metadata (companion/pyproject.toml)
 
 __all__ = ["__version__", "info", "info_line", "pick", "preset", "show"]
 

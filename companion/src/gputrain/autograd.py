@@ -25,6 +25,9 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
+from .data import digits
+from .model import Activation
+
 Grads = tuple[Optional[torch.Tensor], ...]
 Axis = Union[int, Sequence[int], None]
 
@@ -456,8 +459,6 @@ def digits_split(test_fraction: float = 0.2, seed: int = 0, dtype=torch.float64,
 
     Pixels are scaled from 0..16 to [0, 1]; the split is a seeded permutation.
     """
-    from .data import digits
-
     x, y = digits()  # (1797, 64), (1797,)
     x = x.to(dtype) / 16.0
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
@@ -533,8 +534,6 @@ class DeepMLP(torch.nn.Module):
     def __init__(self, n_in: int, n_out: int, *, width: int = 64, depth: int = 20, activation: str = "sigmoid",
                  residual: bool = False, init_gain: Optional[float] = None):
         super().__init__()
-        from .model import Activation
-
         if depth < 1 or width < 1:
             raise ValueError(f"DeepMLP needs depth >= 1 and width >= 1, got depth={depth}, width={width}")
         self.residual = residual

@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import shutil
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -35,9 +37,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import device, device_name, first_line, synchronize, write_result
-from .metrics import ThroughputMeter, cpu_threads, fp32_matmul, gpt_train_flops_per_token, mfu, peak_for_mfu
+from .data import ByteTokenizer, python_corpus
+from .device import device, device_name, synchronize
+from .flops import gpt_train_flops_per_token, matmul_params, mfu
+from .memory import held_bytes, measure_step
 from .model import GPT, CausalSelfAttention, GPTConfig
+from .results import first_line, write_result
+from .speed import ThroughputMeter, cpu_threads, fp32_matmul, peak_for_mfu
 
 # (name, what changes, why it can help) in ladder order.
 RUNGS: list[tuple[str, str, str]] = [
@@ -183,9 +189,6 @@ def fresh_compile_caches(enabled: bool = True):
     A second run would otherwise load the kernels an earlier run compiled and
     report a compile time of seconds instead of the real cost.
     """
-    import os
-    import tempfile
-
     if not enabled:
         yield
         return
@@ -238,8 +241,6 @@ class Batches:
     """
 
     def __init__(self, cfg: LadderConfig, dev: torch.device, n_batches: int = 4):
-        from .data import ByteTokenizer, python_corpus
-
         T, B = cfg.block_size, cfg.big_batch_size
         text = python_corpus(max_bytes=max(100_000, 4 * (T + 1)))
         tokens = ByteTokenizer.encode_tensor(text)  # (N,) one token per UTF-8 byte
@@ -298,14 +299,10 @@ class Rung:
 
     def state_bytes(self) -> int:
         """Bytes of the parameters and optimizer states this rung holds between steps."""
-        from .memory import held_bytes
-
         return held_bytes(self.raw, self.optimizer)
 
     def cpu_peak_bytes(self) -> Optional[int]:
         """Most bytes allocated at once during one step, counted tensor by tensor (eager rungs on a CPU)."""
-        from .memory import measure_step
-
         if self.recipe.compile:
             return None  # compiled kernels allocate outside the dispatcher the tracker watches
         x, y = self.data.get(self.steps_done, self.batch_size)
@@ -386,8 +383,6 @@ def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, 
         with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
             shape = GPT(GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
                                   n_head=cfg.n_head, n_embd=cfg.n_embd))
-        from .metrics import matmul_params
-
         sheet, _ = peak_for_mfu("bf16", dev=dev) if dev.type == "cuda" else (None, "")
         measured, source = peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None \
             else (None, "")

@@ -1,4 +1,4 @@
-"""Command line: ``gputrain info | train | memory | bench``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | sample | eval | memory | bench``; also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.
@@ -13,7 +13,16 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
+
+from .bench import LadderConfig, ladder_config, plan, run_ladder
+from .device import info, preset
+from .memory import GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
+from .results import read_result, write_result
+from .train import (MIXED_PRECISION, OPTIMIZERS, PRESETS, SCHEDULES, CheckpointError, TrainConfig,
+                    TrainingDiverged, evaluate_text, preset_config, sample, summary_line, train)
+from .train.overhead import loop_overhead
 
 EXIT_USAGE = 2
 
@@ -42,6 +51,10 @@ def _field_help(cls) -> dict[str, str]:
     return dict(pattern.findall(inspect.getsource(cls)))
 
 
+# fields whose value is a name from one of the package's tables: the flag offers exactly those
+CHOICES = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "mixed_precision": MIXED_PRECISION}
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
     helps = _field_help(cls)
     for f in dataclasses.fields(cls):
@@ -50,13 +63,13 @@ def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
         help_text = f"{helps.get(f.name, '')} (default: {f.default})"
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif f.name in CHOICES:
+            parser.add_argument(flag, choices=list(CHOICES[f.name]), default=None, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text)
 
 
 def _cmd_info(args) -> int:
-    from .device import info
-
     data = info()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -68,25 +81,42 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .train import TrainConfig, TrainingDiverged, preset_config, train
-
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
     launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by accelerate launch --mixed_precision
     if "mixed_precision" not in overrides and launcher_precision:
         overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
+    if args.quiet and "progress" not in overrides:
+        overrides["progress"] = False
     cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
     try:
-        train(cfg)  # prints its own summary line on the main process
+        result = train(cfg)  # with progress on, it prints its own summary line on the main process
     except TrainingDiverged as exc:  # not a usage error: the run itself went wrong
         print(f"gputrain train: stopped: {exc}", file=sys.stderr)
         return 1
+    if not (args.quiet or cfg.progress) and result.is_main_process:
+        print(summary_line(result))
+    return 0
+
+
+def _cmd_sample(args) -> int:
+    print(sample(args.checkpoint, prompt=args.prompt, tokens=args.tokens, temperature=args.temperature,
+                 top_k=args.top_k, seed=args.seed))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    r = evaluate_text(args.checkpoint, args.data, corpus_bytes=args.corpus_bytes, max_batches=args.max_batches,
+                      batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print(f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
+              f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']})")
     return 0
 
 
 def _cmd_memory(args) -> int:
-    from .memory import GPT2_SMALL, GPT3_175B, estimate
-
     shapes = {"gpt2-small": GPT2_SMALL, "gpt3-175b": GPT3_175B}
     if args.model is not None and args.params is not None:
         raise ValueError("give either --params or --model, not both")
@@ -110,38 +140,7 @@ def _flag_text(name: str, value) -> str:
     return f"{flag} {value}"
 
 
-def _loop_overhead(steps: int, rounds: int, threads: int = 0) -> Optional[float]:
-    """Run bench/loop_overhead.py (gputrain.train against a plain loop) and return its ratio of medians.
-
-    ``threads`` > 0 pins both loops to that many CPU threads (OMP_NUM_THREADS), as the ladder does.
-    """
-    import subprocess
-    from pathlib import Path
-
-    here = Path(__file__).resolve()
-    scripts = [Path.cwd() / "bench" / "loop_overhead.py", here.parents[3] / "bench" / "loop_overhead.py"]
-    script = next((s for s in scripts if s.is_file()), None)
-    if script is None:
-        print("loop overhead: bench/loop_overhead.py not found (run from the book's repository)")
-        return None
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parents[1]),
-                                                                    os.environ.get("PYTHONPATH", "")]))}
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    proc = subprocess.run([sys.executable, str(script), "--steps", str(steps), "--rounds", str(rounds)],
-                          capture_output=True, text=True, env=env)
-    print(proc.stdout, end="")
-    found = re.search(r"ratio of medians ([0-9.]+)", proc.stdout)
-    if proc.returncode or not found:
-        print(f"loop overhead: {script} failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
-        return None
-    return float(found.group(1))
-
-
 def _cmd_bench(args) -> int:
-    from .bench import LadderConfig, ladder_config, plan, run_ladder
-    from .device import preset, read_result, write_result
-
     name = args.preset or preset()
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(LadderConfig)
                  if getattr(args, f.name) is not None}
@@ -149,27 +148,24 @@ def _cmd_bench(args) -> int:
     if args.dry_run:
         print(plan(cfg))
         return 0
-    out = args.out or f"book/results/ladder{'' if name == 'gpu' else '_cpu'}.json"
+    out = args.out or str(Path(args.out_dir) / f"ladder{'' if name == 'gpu' else '_cpu'}.json")
     command = " ".join(["gputrain bench", f"--preset {name}", *(_flag_text(k, v) for k, v in overrides.items())])
     result = run_ladder(cfg, out=out, command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result.table())
     print(f"model FLOPs per token 6N + 12LTC = {result.flops_per_token:,} (N = {result.n_params:,}); "
           f"measured peak: {result.peak_measured_source}; wrote {out}")
     if args.loop_overhead if args.loop_overhead is not None else name == "cpu":
-        ratio = _loop_overhead(args.loop_steps, args.loop_rounds, cfg.threads)
-        if ratio is not None:
-            print(f"gputrain.train / plain PyTorch loop, tokens/s: {ratio:.3f}")
-            stored = read_result(out)
-            stored["data"]["loop_overhead"] = {"ratio": ratio, "steps": args.loop_steps, "rounds": args.loop_rounds,
-                                               "threads": cfg.threads or None}
-            write_result(out, stored["data"], command=command + f" --loop-overhead --loop-steps {args.loop_steps} "
-                                                                f"--loop-rounds {args.loop_rounds}")
+        overhead = loop_overhead(args.loop_steps, args.loop_rounds, threads=cfg.threads,
+                                 log=lambda m: print(m, flush=True))
+        print(f"gputrain.train / plain PyTorch loop, tokens/s: {overhead['ratio']:.3f}")
+        stored = read_result(out)
+        stored["data"]["loop_overhead"] = {k: overhead[k] for k in ("ratio", "steps", "rounds", "threads")}
+        write_result(out, stored["data"], command=command + f" --loop-overhead --loop-steps {args.loop_steps} "
+                                                            f"--loop-rounds {args.loop_rounds}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import TrainConfig
-
     parser = OneLineParser(
         prog="gputrain",
         description="Companion of 'How a GPU Trains AI': inspect the machine, train a GPT.",
@@ -188,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a known shape instead of --params (adds activations)")
     p_mem.add_argument("--batch-size", type=int, default=1, help="micro-batch per GPU (default: 1)")
     p_mem.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the context)")
-    p_mem.add_argument("--precision", default="bf16-mixed",
-                       help="recipe: fp32, tf32, bf16-mixed, fp16-mixed, bf16-autocast, bf16-pure, ...")
-    p_mem.add_argument("--optimizer", default="adam", help="adam, adamw, sgd, momentum, ... (default: adam)")
+    p_mem.add_argument("--precision", default="bf16-mixed", choices=list(RECIPES),
+                       help="precision recipe (default: bf16-mixed)")
+    p_mem.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_STATES),
+                       help="whose states to count (default: adam)")
     p_mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     p_mem.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
@@ -201,14 +198,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
                              description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")
-    from .train import PRESETS
-
     p_train.add_argument("--preset", choices=list(PRESETS), default="tiny",
                          help="starting configuration; the flags below override its fields")
+    p_train.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
     _add_config_flags(p_train, TrainConfig)
     p_train.set_defaults(func=_cmd_train)
 
-    from .bench import LadderConfig
+    p_sample = sub.add_parser("sample", help="generate text from a trained checkpoint",
+                              description="Print the prompt and the bytes a trained GPT samples after it.")
+    p_sample.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
+    p_sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p_sample.add_argument("--tokens", type=int, default=200, help="bytes to generate (default: 200)")
+    p_sample.add_argument("--temperature", type=float, default=0.8, help="logit divisor (default: 0.8)")
+    p_sample.add_argument("--top-k", type=int, default=40, help="keep the k likeliest bytes, 0 for all (default: 40)")
+    p_sample.add_argument("--seed", type=int, default=1, help="sampling seed (default: 1)")
+    p_sample.set_defaults(func=_cmd_sample)
+
+    p_eval = sub.add_parser("eval", help="loss, perplexity and bits per byte of a checkpoint on held-out text",
+                            description="Evaluate a trained GPT. Without --data: its own run's validation split.")
+    p_eval.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
+    p_eval.add_argument("--data", default=None, help="'stdlib', text files 'a.txt,dir/*.py' or 'hf:NAME[:SPLIT]'")
+    p_eval.add_argument("--corpus-bytes", type=int, default=400_000, help="read at most this many bytes of --data")
+    p_eval.add_argument("--max-batches", type=int, default=50, help="batches to evaluate (default: 50)")
+    p_eval.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+    p_eval.add_argument("--json", action="store_true", help="print as JSON")
+    p_eval.set_defaults(func=_cmd_eval)
 
     p_bench = sub.add_parser("bench", help="the speed ladder: tokens/s, MFU and memory per optimization",
                              description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
@@ -217,10 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--preset", choices=["cpu", "gpu"], default=None,
                          help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's")
     p_bench.add_argument("--out", default=None,
-                         help="JSON file (default: book/results/ladder.json, ladder_cpu.json on the cpu preset)")
+                         help="JSON file (default: OUT_DIR/ladder.json, ladder_cpu.json on the cpu preset)")
+    p_bench.add_argument("--out-dir", default=".", help="folder for the default JSON file (default: here)")
     p_bench.add_argument("--dry-run", action="store_true", help="print the plan (rungs, skips) and exit")
     p_bench.add_argument("--loop-overhead", action=argparse.BooleanOptionalAction, default=None,
-                         help="also run bench/loop_overhead.py: gputrain.train vs a plain loop (default: on cpu)")
+                         help="also time gputrain.train against a plain loop (default: on cpu)")
     p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
     p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
     _add_config_flags(p_bench, LadderConfig)
@@ -233,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(_attach_negative_numbers(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:
         print(f"gputrain {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -14,8 +14,10 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Optional, TypeVar
 
+import accelerate
 import torch
 
 PRESETS = ("cpu", "gpu")
@@ -83,7 +85,7 @@ def peak_flops(dtype: str = "bf16", name: Optional[str] = None) -> Optional[floa
 
     ``name`` defaults to the current device's name; matching is by substring
     (``"NVIDIA H200"`` matches ``"H200"``).  CPUs have no entry: measure them
-    instead (``gputrain.metrics``).
+    instead (``gputrain.speed``).
     """
     name = name if name is not None else device_name()
     for key, table in PEAK_FLOPS.items():
@@ -156,15 +158,19 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
     return statistics.median(times)
 
 
+def package_version() -> str:
+    """gputrain's installed version (from the package metadata, so nothing imports upward)."""
+    try:
+        return version("gputrain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def info() -> dict[str, object]:
     """Versions, device, preset and known peak FLOP/s, as printed by ``gputrain info``."""
-    import accelerate
-
-    import gputrain
-
     dev = device()
     out: dict[str, object] = {
-        "gputrain": gputrain.__version__,
+        "gputrain": package_version(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "accelerate": accelerate.__version__,
@@ -187,65 +193,3 @@ def info_line() -> str:
         f"preset={i['preset']}  device={i['device']} ({i['device_name']})  "
         f"torch={i['torch']}  accelerate={i['accelerate']}  threads={i['threads']}"
     )
-
-
-# --- recorded results ---------------------------------------------------------
-# Numbers only a GPU can produce are measured by the scripts in bench/ on a GPU
-# and committed as JSON under book/results/ with their provenance; a chapter
-# running on a CPU shows them from there (and says where and when they were
-# measured), a chapter running on a GPU measures them live.
-
-
-def provenance(command: str = "") -> dict[str, object]:
-    """Where, when and with what a measurement was made: stored with every result."""
-    import datetime
-    import sys
-
-    i = info()
-    return {
-        "device": i["device_name"],
-        "device_type": i["device"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": i["python"],
-        "torch": i["torch"],
-        "accelerate": i["accelerate"],
-        "cuda": i["cuda"],
-        # by default the command line that ran: a script gets its interpreter named
-        "command": command or " ".join((["python"] if sys.argv[0].endswith(".py") else []) + sys.argv),
-    }
-
-
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """The first line of an exception's message (its type name when the message is empty), for one-line errors."""
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
-
-
-def write_result(path, data: dict, command: str = "") -> None:
-    """Write ``{"provenance": ..., "data": data}`` as JSON, atomically (temp file + rename)."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"provenance": provenance(command), "data": data}, indent=2) + "\n")
-    tmp.replace(path)
-
-
-def read_result(path) -> Optional[dict]:
-    """A recorded result written by :func:`write_result`, or ``None`` if it was never measured."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.exists():
-        return None
-    return json.loads(path.read_text())
-
-
-def provenance_note(result: dict) -> str:
-    """One sentence saying where and when a recorded result was measured."""
-    p = result["provenance"]
-    return (f"Measured on {p['device']} on {p['date'][:10]} with torch {p['torch']}, "
-            f"accelerate {p['accelerate']}, CUDA {p['cuda']} (command: {p['command']}).")

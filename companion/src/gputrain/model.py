@@ -1,7 +1,7 @@
 """Models: the forward pass (chapter 2).
 
 Single-device code only: precision, FP8 and parallelism are applied from the
-outside by wrappers (see DESIGN.md).  Shapes use B = batch, T = sequence
+outside by wrappers (:mod:`gputrain.memory`, :mod:`gputrain.fp8`, :mod:`gputrain.parallel`).  Shapes use B = batch, T = sequence
 length, C = embedding width, H = heads, V = vocabulary.
 """
 

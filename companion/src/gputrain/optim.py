@@ -1,4 +1,4 @@
-"""Optimizers from scratch: SGD, momentum (heavy ball and Nesterov), RMSprop, Adam, AdamW.
+"""Optimizers from scratch: SGD, momentum (heavy ball and Nesterov), RMSprop, Adam, AdamW, Lion.
 
 Chapter 5 ("Optimizers and learning rate") explains them.  Each class is a
 real :class:`torch.optim.Optimizer`, so it works with ``LambdaLR``, state
@@ -272,6 +272,45 @@ class AdamW(Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
+class Lion(Optimizer):
+    r"""Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of a momentum blend.
+
+    $$c_t = \beta_1 m_{t-1} + (1-\beta_1)\, g_t, \qquad
+      w_t = w_{t-1} - \eta\,\bigl(\operatorname{sign}(c_t) + \lambda\, w_{t-1}\bigr), \qquad
+      m_t = \beta_2 m_{t-1} + (1-\beta_2)\, g_t$$
+
+    Every coordinate moves by exactly $\eta$ (plus decay), so Lion wants a
+    learning rate 3-10x smaller than AdamW's and a larger weight decay.  One
+    buffer per parameter (``exp_avg``): half of Adam's state.  PyTorch has no
+    Lion; ``tests/test_optim.py`` checks it against the paper's update rule
+    written out separately.  Chapter 5.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
+                 weight_decay: float = 0.0):
+        _check_lr(lr)
+        _check_betas(betas)
+        _check_nonneg("weight_decay", weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        loss = _closure_loss(closure)
+        for group in self.param_groups:
+            lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+            for p, g in _with_params(group):
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m = state["exp_avg"]
+                update = m.lerp(g, 1 - beta1).sign_()  # sign(beta1 m + (1 - beta1) g)
+                if wd != 0:
+                    p.mul_(1 - lr * wd)  # decoupled decay, as in AdamW
+                p.add_(update, alpha=-lr)
+                m.lerp_(g, 1 - beta2)  # m = beta2 m + (1 - beta2) g: a slower average than the step's
+        return loss
+
+
 def state_bytes(optimizer: Optimizer) -> int:
     """Bytes held by the optimizer's state tensors (``state_dict()["state"]``).  Chapter 5.
 
@@ -330,4 +369,4 @@ def steps_to(losses: torch.Tensor, tol: float) -> list[Optional[int]]:
     return [int(col.nonzero()[0]) if col.any() else None for col in stays.T]
 
 
-__all__ = ["SGD", "Momentum", "RMSprop", "Adam", "AdamW", "state_bytes", "descend", "steps_to"]
+__all__ = ["SGD", "Momentum", "RMSprop", "Adam", "AdamW", "Lion", "state_bytes", "descend", "steps_to"]

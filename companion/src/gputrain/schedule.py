@@ -1,4 +1,4 @@
-"""Learning-rate schedules: warmup + cosine, warmup + constant, cosine with restarts.
+"""Learning-rate schedules: warmup + cosine, constant, linear, warmup-stable-decay, cosine with restarts.
 
 Chapter 5 ("Warmup, cosine decay, restarts") explains them.  Each function
 returns a *multiplier* ``f(step) -> float`` of the optimizer's base learning
@@ -74,6 +74,53 @@ def warmup_cosine(total_steps: int, warmup_steps: int = 0, min_ratio: float = 0.
     return f
 
 
+def warmup_linear(total_steps: int, warmup_steps: int = 0, min_ratio: float = 0.0) -> Multiplier:
+    r"""Linear warmup, then a straight line down to ``min_ratio`` at ``total_steps`` (and flat after).
+
+    $$f(k) = r + (1-r)\,(1 - p), \quad p = \min\!\bigl(1, \tfrac{k-W}{T-W}\bigr) \quad (k \ge W)$$
+
+    The original Transformer's and BERT's shape.  Chapter 5.
+    """
+    _check(total_steps, warmup_steps, min_ratio)
+
+    def f(step: int) -> float:
+        _check_step(step)
+        if step < warmup_steps:
+            return _warmup(step, warmup_steps)
+        if step >= total_steps:
+            return min_ratio
+        return min_ratio + (1.0 - min_ratio) * (1.0 - (step - warmup_steps) / (total_steps - warmup_steps))
+
+    return f
+
+
+def wsd(total_steps: int, warmup_steps: int = 0, decay_fraction: float = 0.2, min_ratio: float = 0.0) -> Multiplier:
+    r"""Warmup-stable-decay (MiniCPM, Hu et al. 2024): warm up, hold the full rate, decay only at the end.
+
+    The last ``decay_fraction`` of the steps, $D = \lceil d\,T \rceil$, fall
+    linearly from 1 to ``min_ratio``; before them the rate is flat at 1.  A run
+    can be extended by continuing the stable phase and decaying later, which a
+    cosine fixed to $T$ cannot do.  Chapter 5.
+    """
+    _check(total_steps, warmup_steps, min_ratio)
+    if not 0.0 < decay_fraction <= 1.0:
+        raise ValueError(f"decay_fraction={decay_fraction!r} must be in (0, 1] (the share of steps spent decaying)")
+    decay_steps = min(math.ceil(decay_fraction * total_steps), total_steps - warmup_steps)
+    decay_start = total_steps - decay_steps
+
+    def f(step: int) -> float:
+        _check_step(step)
+        if step < warmup_steps:
+            return _warmup(step, warmup_steps)
+        if step >= total_steps:
+            return min_ratio
+        if step < decay_start or decay_steps == 0:
+            return 1.0
+        return min_ratio + (1.0 - min_ratio) * (1.0 - (step - decay_start) / decay_steps)
+
+    return f
+
+
 def warmup_constant(warmup_steps: int, total_steps: int | None = None) -> Multiplier:
     r"""Linear warmup over ``warmup_steps``, then the full rate forever: $f(k) = \min(1, (k+1)/W)$.
 
@@ -125,4 +172,4 @@ def cyclic(cycle_steps: int, min_ratio: float = 0.0, cycle_mult: int = 1, warmup
     return f
 
 
-__all__ = ["warmup_cosine", "warmup_constant", "cyclic"]
+__all__ = ["warmup_cosine", "warmup_constant", "warmup_linear", "wsd", "cyclic"]

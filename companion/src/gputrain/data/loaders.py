@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..device import synchronize
 from .images import decode_jpeg, random_crop, random_flip, resize_shorter
 
 
@@ -121,10 +123,6 @@ class LoaderStats:
 def loader_throughput(loader: DataLoader, max_batches: Optional[int] = None,
                       device: Optional[torch.device] = None) -> LoaderStats:
     """Iterate ``loader`` (up to ``max_batches``), copying each batch to ``device`` if given; time it."""
-    import time
-
-    from ..device import synchronize
-
     t0, n, samples = time.perf_counter(), 0, 0
     for batch in loader:
         first = batch[0] if isinstance(batch, (list, tuple)) else batch

@@ -11,7 +11,7 @@ replicas outermost.
 
 Per training step, for one GPU and no overlap of communication with compute:
 
-* compute: the training FLOPs of :mod:`gputrain.metrics` (6N + 12LTC per
+* compute: the training FLOPs of :mod:`gputrain.flops` (6N + 12LTC per
   token, one forward pass more with full recomputation) spread over all GPUs
   at an assumed fraction of peak, plus the pipeline bubble, (p - 1) / m of it;
 * tensor parallel: per layer and micro-batch, 2 all-reduces of b*s*h
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..metrics import forward_flops_per_token, train_flops_per_token
+from ..flops import forward_flops_per_token, train_flops_per_token
 from ..model import GPTConfig, gpt_num_params
 from .pipeline import split_layers
 from .ring import ring_all_reduce_time

@@ -1,4 +1,4 @@
-"""gputrain.metrics utilization: 6N + 12LTC against counted FLOPs, MFU arithmetic, peaks, the throughput meter."""
+"""gputrain.flops utilization: 6N + 12LTC against counted FLOPs, MFU arithmetic, peaks, the throughput meter."""
 
 import time
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gputrain.metrics import (ThroughputMeter, count_flops, count_ops, gpt_train_flops_per_token, matmul_params,
-                              measured_peak, mfu, peak_for_mfu, tokens_per_second)
+from gputrain.speed import ThroughputMeter, count_ops, measured_peak, peak_for_mfu, tokens_per_second
+from gputrain.flops import count_flops, gpt_train_flops_per_token, matmul_params, mfu
 from gputrain.model import GPT, GPTConfig
 
 

@@ -1,4 +1,4 @@
-"""gputrain.metrics: counted FLOPs against torch's counter and closed forms, throughput probes (chapter 2)."""
+"""gputrain.flops and gputrain.speed: counted FLOPs against torch's counter and closed forms, throughput probes (chapter 2)."""
 
 import math
 
@@ -8,9 +8,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from gputrain.device import median_seconds
-from gputrain.metrics import (ELEMENTWISE_FLOPS, count_flops, forward_flops_per_token, loglog_slope,
-                              matmul_params, matmul_tflops, copy_bandwidth,
-                              train_flops_per_token)
+from gputrain.flops import ELEMENTWISE_FLOPS, count_flops, forward_flops_per_token, loglog_slope, matmul_params, train_flops_per_token
+from gputrain.speed import matmul_tflops, copy_bandwidth
 from gputrain.model import GPT, MLP, GPTConfig
 
 
@@ -128,7 +127,8 @@ def test_gpu_bf16_matmul_reaches_a_real_fraction_of_peak():
 
 
 def test_time_shares_put_matmuls_below_their_flop_share():
-    from gputrain.metrics import cpu_threads, matmul_fraction, time_shares
+    from gputrain.speed import cpu_threads, time_shares
+    from gputrain.flops import matmul_fraction
 
     torch.manual_seed(0)
     mlp = MLP(64, 64, hidden=64, depth=4, activation="gelu")

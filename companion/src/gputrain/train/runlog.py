@@ -10,6 +10,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import matplotlib.pyplot as plt
+
+from ..plots import loss_curves
 from .config import TrainConfig
 
 if TYPE_CHECKING:  # only for annotations: the Accelerator is passed in by train()
@@ -23,7 +26,7 @@ class RunLog:
     """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only."""
 
     def __init__(self, cfg: TrainConfig, accelerator: Accelerator, resumed_rows: list[dict]):
-        self.accelerator, self.file, self.writer = accelerator, None, None
+        self.accelerator, self.file, self.writer, self.path = accelerator, None, None, None
         self.tensorboard = cfg.tensorboard
         if not (cfg.log_dir and accelerator.is_main_process):
             return
@@ -79,10 +82,6 @@ def plot_history(history, axes=None, smooth: int = 10):
     ``skipped``) or the path of a run's metrics.csv.
     Returns the matplotlib figure.
     """
-    import matplotlib.pyplot as plt
-
-    from .plots import loss_curves
-
     if hasattr(history, "losses"):  # a TrainResult
         losses, lrs, norms = history.losses, history.lrs, history.grad_norms
         val, spikes, skipped = history.val_losses, history.spikes, history.skipped

@@ -3,7 +3,8 @@
 A typed keyword-only dataclass with one comment per field: the comments are
 the ``gputrain train`` flags' help.  It validates itself on construction, so
 a bad value is one clear error before anything runs or is written.
-``gputrain.train`` re-exports everything here.
+``gputrain.train`` re-exports everything here.  The names a choice may take
+(optimizer, schedule, mixed precision) live in :mod:`gputrain.train.components`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from .model import GPTConfig
+from ..model import GPTConfig
+from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, choice_error
 
 
 @dataclass(kw_only=True)
@@ -44,14 +46,19 @@ class TrainConfig:
     grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
     max_steps: int = 200  # optimizer steps to run
     # optimisation
-    lr: float = 3e-3  # peak learning rate (AdamW)
-    schedule: str = "cosine"  # 'cosine' (decay to min_lr_ratio) or 'constant', both after warmup
+    optimizer: str = "adamw"  # adamw, adam, sgd, momentum, lion or a scratch- twin (chapter 5)
+    lr: float = 3e-3  # peak learning rate
+    beta1: float = 0.9  # first-moment decay (Adam, Lion), or the momentum coefficient
+    beta2: float = 0.95  # second-moment decay (Adam), Lion's slow average, RMSprop's alpha
+    schedule: str = "cosine"  # cosine, constant, linear, wsd or cosine-restarts, each after warmup
     warmup_steps: int = 20  # linear warmup steps before the schedule
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices (not biases, norms)
+    min_lr_ratio: float = 0.1  # the schedule decays to lr * min_lr_ratio
+    decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
+    restart_steps: int = 0  # cosine-restarts: steps per cycle (0: a quarter of the steps after warmup)
+    weight_decay: float = 0.1  # weight decay on matrices (not biases, norms); decoupled in adamw and lion
     grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
     # speed and memory
-    mixed_precision: str = "no"  # 'no', 'bf16', 'fp16' (CUDA) or 'fp8' (Hopper + torchao/TE), via Accelerate
+    mixed_precision: str = "no"  # no, bf16, fp16 (CUDA) or fp8 (Hopper + torchao/TE), via Accelerate
     compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
     tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)
@@ -90,7 +97,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
-                     "spike_window", "checkpoint_interval", "seed"):
+                     "spike_window", "checkpoint_interval", "seed", "restart_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.vocab_size < 256:
@@ -102,15 +109,19 @@ class TrainConfig:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION)):
+            if getattr(self, name) not in table:
+                raise choice_error(name, getattr(self, name), table)
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
                              "shorten the warmup")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.mixed_precision not in ("no", "bf16", "fp16", "fp8"):
-            raise ValueError(f"mixed_precision must be one of no, bf16, fp16, fp8; got {self.mixed_precision!r}")
         if not self.spike_threshold > 0:
             raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
         if self.spike_window == 1:
@@ -126,6 +137,9 @@ class TrainConfig:
                 import tensorboard  # noqa: F401
             except ImportError:
                 raise ValueError("tensorboard=True needs the tensorboard package: pip install tensorboard") from None
+        for name in ("checkpoint_dir", "log_dir"):  # before a run trains for hours and then cannot save
+            if getattr(self, name) and Path(getattr(self, name)).exists() and not Path(getattr(self, name)).is_dir():
+                raise ValueError(f"{name}={getattr(self, name)!r} is a file; pass a directory (new or empty)")
         if self.resume_from and not Path(self.resume_from).exists():
             raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
                                     "pass a checkpoint directory written by gputrain")

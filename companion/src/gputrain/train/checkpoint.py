@@ -28,7 +28,7 @@ import torch.nn as nn
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .device import first_line
+from ..results import first_line
 
 # A checkpoint is a directory step_00000100/ holding model.safetensors (the
 # weights), trainer.safetensors (optimizer tensors, RNG states, loss history;
@@ -120,11 +120,13 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
 
 
 def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
-                    model_config: Optional[dict] = None, keep: int = 2) -> Path:
+                    model_config: Optional[dict] = None, keep: int = 2, run: Optional[dict] = None) -> Path:
     """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints.
 
     Chapter 6, "Checkpoints that survive a crash": temporary name, fsync of
-    every file and of the directory, then one atomic rename.
+    every file and of the directory, then one atomic rename.  ``progress`` is
+    :meth:`gputrain.train.Progress.to_dict`; ``run`` names the run's choices
+    (optimizer, schedule) so a resume with other ones is refused.
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,7 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
                   "model_config": json.dumps(model_config)}
     history = ("losses", "lrs", "grad_norms")  # long float lists: tensors, not JSON
     trainer = {f"history.{name}": torch.tensor(progress[name], dtype=torch.float64) for name in history}
-    meta = {"format": CHECKPOINT_FORMAT, "step": step,
+    meta = {"format": CHECKPOINT_FORMAT, "step": step, "run": run or {},
             "progress": {k: v for k, v in progress.items() if k not in history}}
     opt_state = optimizer.state_dict()
     meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
@@ -228,19 +230,26 @@ def read_checkpoint(path) -> Checkpoint:
 
 
 def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
-    """One clear error when the checkpoint was written by a model of another shape."""
-    shape = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")  # not dropout: no shape
-    if ckpt.model_config and model_config and any(ckpt.model_config.get(k) != model_config[k] for k in shape):
-        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config[k]})" for k in shape
-                         if ckpt.model_config.get(k) != model_config[k])
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
-                              "resume with the checkpoint's shape or start a fresh checkpoint_dir")
+    """One clear error when the checkpoint was written by a model of another shape (either direction)."""
+    if ckpt.model_config and model_config:
+        keys = sorted((set(ckpt.model_config) | set(model_config)) - {"dropout"})  # dropout has no shape
+        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config.get(k)})" for k in keys
+                         if ckpt.model_config.get(k) != model_config.get(k))
+        if diff:
+            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
+                                  "resume with the checkpoint's shape or start a fresh checkpoint_dir")
     own = model.state_dict()
+    stored = set(ckpt.weights) | set(ckpt.aliases)  # tied weights are stored once, under their alias
     for name, t in ckpt.weights.items():
         if name not in own or tuple(own[name].shape) != tuple(t.shape):
-            have = tuple(own[name].shape) if name in own else "missing"
+            have = tuple(own[name].shape) if name in own else "no such tensor"
             raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
                                   f"this model has {have}; resume with the model that wrote it")
+    missing = [name for name in own if name not in stored]
+    if missing:
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} lacks {', '.join(missing[:3])}"
+                              f"{' ...' if len(missing) > 3 else ''} that this model has; "
+                              "resume with the model that wrote it")
 
 
 def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:

@@ -1,0 +1,41 @@
+"""Training a GPT (chapter 6): configuration, components, the step, the loop, checkpoints, the log, use.
+
+``from gputrain.train import TrainConfig, train`` is all a script needs::
+
+    result = train(TrainConfig(max_steps=500, optimizer="adamw", schedule="wsd"))
+    text = sample(result.checkpoint, prompt="def ", tokens=200)
+
+Modules, each readable in one sitting:
+
+* :mod:`~gputrain.train.config`: ``TrainConfig`` and its presets;
+* :mod:`~gputrain.train.components`: the tables of optimizers, schedules and
+  precisions chosen by name;
+* :mod:`~gputrain.train.inputs`: the corpus, its windows and the data order;
+* :mod:`~gputrain.train.step`: ``train_step``, ``evaluate``, the step guard
+  and the spike detector;
+* :mod:`~gputrain.train.loop`: ``train`` and its :class:`Progress`;
+* :mod:`~gputrain.train.checkpoint` and :mod:`~gputrain.train.runlog`: what
+  a run leaves on disk;
+* :mod:`~gputrain.train.generate`: ``sample`` and ``evaluate_text`` on a
+  trained checkpoint.
+"""
+
+from .checkpoint import CheckpointError, list_checkpoints, read_checkpoint
+from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, lr_lambda, make_optimizer, param_groups
+from .config import PRESETS, TrainConfig, data_source, gpt2_small, preset_config, small, tiny
+from .generate import evaluate_text, load_model, sample
+from .inputs import EpochSampler, WithLoss, build_data, load_text
+from .loop import Progress, TrainResult, check_hardware, make_accelerator, summary_line, train
+from .runlog import LOG_COLUMNS, RunLog, event_steps, plot_history, read_history
+from .step import SpikeDetector, StepGuard, StepStats, TrainingDiverged, evaluate, train_step
+
+__all__ = [
+    "CheckpointError", "list_checkpoints", "read_checkpoint",
+    "MIXED_PRECISION", "OPTIMIZERS", "SCHEDULES", "lr_lambda", "make_optimizer", "param_groups",
+    "PRESETS", "TrainConfig", "data_source", "gpt2_small", "preset_config", "small", "tiny",
+    "evaluate_text", "load_model", "sample",
+    "EpochSampler", "WithLoss", "build_data", "load_text",
+    "Progress", "TrainResult", "check_hardware", "make_accelerator", "summary_line", "train",
+    "LOG_COLUMNS", "RunLog", "event_steps", "plot_history", "read_history",
+    "SpikeDetector", "StepGuard", "StepStats", "TrainingDiverged", "evaluate", "train_step",
+]

@@ -1,0 +1,109 @@
+"""Using a trained checkpoint (chapter 6): ``sample`` text from it, ``evaluate_text`` on held-out text.
+
+The command line offers both as ``gputrain sample`` and ``gputrain eval``.
+A checkpoint is read and verified the same way a resumed run reads it
+(safetensors and JSON only, nothing unpickled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, fields
+from typing import Optional
+
+import torch
+
+from ..data import ByteTokenizer, TokenDataset, split_tokens
+from ..model import GPT, GPTConfig
+from .checkpoint import Checkpoint, CheckpointError, check_compatible, load_weights, read_checkpoint
+from .config import TrainConfig
+from .inputs import load_text
+
+
+def load_model(checkpoint) -> tuple[GPT, Checkpoint]:
+    """The GPT a checkpoint (or the newest one in a checkpoint_dir) holds, in eval mode, on the CPU."""
+    ckpt = read_checkpoint(checkpoint)
+    if not ckpt.model_config:
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a custom model, not a gputrain GPT; "
+                              "load it with the code that built that model")
+    known = {f.name for f in fields(GPTConfig)}
+    try:
+        cfg = GPTConfig(**{k: v for k, v in ckpt.model_config.items() if k in known})
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} has an unusable model config ({exc})") from None
+    model = GPT(cfg)
+    check_compatible(ckpt, model, asdict(cfg))
+    load_weights(model, ckpt.weights, ckpt.aliases)
+    return model.eval(), ckpt
+
+
+def _as_model(checkpoint_or_model) -> GPT:
+    return checkpoint_or_model if isinstance(checkpoint_or_model, GPT) else load_model(checkpoint_or_model)[0]
+
+
+def sample(checkpoint_or_model, prompt: str = "\n", tokens: int = 200, temperature: float = 0.8,
+           top_k: Optional[int] = 40, seed: int = 1) -> str:
+    """The prompt and ``tokens`` sampled bytes after it, decoded as UTF-8 (chapter 6).
+
+    ``temperature`` divides the logits (lower: safer, more repetitive);
+    ``top_k`` keeps only the k likeliest next bytes (0 or None: all of them).
+    The same ``seed`` gives the same text.  Bytes that do not form valid
+    UTF-8 are shown as U+FFFD.
+    """
+    if tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a positive number, got {temperature}; try 0.8")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k must be >= 1 (or 0 for no cut), got {top_k}")
+    if not prompt:
+        raise ValueError("prompt is empty; give at least one character (e.g. a newline)")
+    model = _as_model(checkpoint_or_model)
+    ids = ByteTokenizer.encode_tensor(prompt)  # (T,)
+    if int(ids.max()) >= model.cfg.vocab_size:
+        raise ValueError(f"the prompt has bytes beyond the model's vocabulary of {model.cfg.vocab_size}")
+    generator = torch.Generator().manual_seed(seed)
+    out = model.generate(ids[None].to(next(model.parameters()).device), tokens, temperature=temperature,
+                         top_k=top_k or None, generator=generator)  # (1, T + tokens)
+    return bytes(out[0].tolist()).decode("utf-8", errors="replace")
+
+
+@torch.no_grad()
+def evaluate_text(checkpoint_or_model, data: Optional[str] = None, *, corpus_bytes: int = 400_000,
+                  max_batches: int = 50, batch_size: int = 16) -> dict:
+    """Loss (nats per byte), perplexity and bits per byte of a model on held-out text (chapter 6).
+
+    Without ``data`` the text is the run's own validation split: the trailing
+    ``val_fraction`` of the corpus it trained on, as the checkpoint recorded
+    it.  With ``data`` (``'stdlib'``, files, or ``'hf:...'``, as for
+    training) every window of that text counts.  Windows are the model's
+    full context; at most ``max_batches`` batches are read.
+    """
+    if max_batches < 1 or batch_size < 1:
+        raise ValueError("max_batches and batch_size must be >= 1")
+    ckpt = None
+    if isinstance(checkpoint_or_model, GPT):
+        model = checkpoint_or_model
+    else:
+        model, ckpt = load_model(checkpoint_or_model)
+    run_cfg = (ckpt.meta.get("run", {}).get("config") or {}) if ckpt else {}
+    source = data or run_cfg.get("data", "stdlib")
+    nbytes = run_cfg.get("corpus_bytes", corpus_bytes) if data is None else corpus_bytes
+    text = load_text(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
+    tokens = ByteTokenizer.encode_tensor(text)  # (N,)
+    held_out = "all of it"
+    if data is None:
+        tokens = split_tokens(tokens, run_cfg.get("val_fraction", 0.1))[1]
+        held_out = "the run's validation split"
+    if len(tokens) < model.cfg.block_size + 1:
+        raise ValueError(f"{len(tokens)} tokens of held-out text cannot fill one window of "
+                         f"{model.cfg.block_size}; pass more text with --data")
+    windows = TokenDataset(tokens, model.cfg.block_size)
+    total, count = 0.0, 0
+    for start in range(0, min(len(windows), max_batches * batch_size), batch_size):
+        x, y = map(torch.stack, zip(*(windows[i] for i in range(start, min(start + batch_size, len(windows))))))
+        _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
+        total, count = total + loss.item() * y.numel(), count + y.numel()
+    loss = total / count
+    return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": loss / math.log(2), "tokens": count,
+            "data": source, "held_out": held_out}

@@ -1,0 +1,84 @@
+"""What does :func:`gputrain.train.train` cost over a plain PyTorch loop?  (chapter 6, "Making it fast")
+
+Trains the same GPT on the same data with the same optimizer, schedule and
+clipping twice per round: once with a hand-written loop (forward, backward,
+clip, step, ``loss.item()`` for the log), once with ``train`` (the Accelerate
+wrapper, the spike detector and non-finite guard, the progress bar when
+asked).  Rounds alternate the two so that a change in machine load hits both
+alike; the ratio of median tokens/s is the answer.  Target on a CPU:
+``train`` >= 0.95x the plain loop.  ``gputrain bench --loop-overhead`` runs it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..device import device, info_line
+from ..model import GPT
+from ..speed import cpu_threads
+from .components import lr_lambda, param_groups
+from .config import TrainConfig
+from .inputs import build_data
+from .loop import train
+
+
+def plain_loop(cfg: TrainConfig) -> float:
+    """The loop people write by hand; returns tokens/s of its timed part."""
+    torch.manual_seed(cfg.seed)
+    train_set, _ = build_data(cfg)
+    loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(cfg.seed))
+    dev = device()
+    model = GPT(cfg.model_config()).to(dev)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    batches, losses, tokens = iter(loader), [], 0
+    t0 = time.perf_counter()
+    for _ in range(cfg.max_steps):
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)  # (B, T), (B, T)
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        tokens += y.numel()
+    return tokens / (time.perf_counter() - t0)
+
+
+def loop_overhead(steps: int = 150, rounds: int = 5, progress: bool = False, threads: int = 0,
+                  log: Optional[Callable[[str], None]] = print) -> dict:
+    """Alternate the plain loop and ``train`` for ``rounds`` rounds; return their tokens/s and ratios.
+
+    ``threads`` > 0 pins torch to that many CPU threads (1 is steadier on a shared machine).
+    """
+    if steps < 1 or rounds < 1:
+        raise ValueError(f"steps and rounds must be >= 1, got {steps} and {rounds}")
+    cfg = TrainConfig(max_steps=steps, eval_interval=0, progress=progress, optimizer="adamw")
+    say = log or (lambda message: None)
+    say(info_line())
+    say(f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "
+        f"batch_size={cfg.batch_size}; {steps} steps per run, {rounds} rounds")
+    plain, ours = [], []
+    with cpu_threads(threads or torch.get_num_threads()):
+        for r in range(rounds):
+            plain.append(plain_loop(cfg))
+            ours.append(train(cfg).tokens_per_s)
+            say(f"round {r + 1}: plain {plain[-1]:10,.0f} tokens/s   gputrain.train {ours[-1]:10,.0f} tokens/s   "
+                f"ratio {ours[-1] / plain[-1]:.3f}")
+    ratio = statistics.median(ours) / statistics.median(plain)
+    per_round = statistics.median(o / p for o, p in zip(ours, plain))
+    say(f"ratio of medians {ratio:.3f}; median of per-round ratios {per_round:.3f} (target >= 0.95)")
+    return {"ratio": ratio, "per_round_ratio": per_round, "plain_tokens_per_s": plain, "train_tokens_per_s": ours,
+            "steps": steps, "rounds": rounds, "threads": threads or None}

@@ -1,0 +1,88 @@
+"""gputrain.train.components: optimizers and schedules chosen by name, Lion against its published rule."""
+
+import math
+
+import pytest
+import torch
+
+from gputrain import optim, schedule
+from gputrain.cli import build_parser
+from gputrain.train import OPTIMIZERS, SCHEDULES, TrainConfig, lr_lambda, make_optimizer, train
+
+
+def lion_reference(w, grads, lr, beta1, beta2, wd):
+    """Lion as Chen et al. 2023 (Algorithm 2) write it, in plain Python floats, one coordinate at a time."""
+    w, m, out = list(w), [0.0] * len(w), []
+    for g in grads:
+        for i in range(len(w)):
+            c = beta1 * m[i] + (1 - beta1) * g[i]
+            sign = (c > 0) - (c < 0)
+            w[i] = w[i] - lr * (sign + wd * w[i])
+            m[i] = beta2 * m[i] + (1 - beta2) * g[i]
+        out.append(list(w))
+    return out
+
+
+def test_lion_follows_the_published_update_rule():
+    gen = torch.Generator().manual_seed(0)
+    w0 = torch.randn(7, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(7, generator=gen, dtype=torch.float64) for _ in range(12)]
+    p = torch.nn.Parameter(w0.clone())
+    opt = optim.Lion([p], lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
+    expected = lion_reference(w0.tolist(), [g.tolist() for g in grads], 0.01, 0.9, 0.99, 0.1)
+    for g, want in zip(grads, expected):
+        p.grad = g.clone()
+        opt.step()
+        assert p.detach().tolist() == pytest.approx(want, abs=1e-12)
+    assert set(opt.state[p]) == {"exp_avg"}  # one buffer: half of Adam's state
+
+
+def test_lion_rejects_bad_betas():
+    with pytest.raises(ValueError, match="beta"):
+        optim.Lion([torch.nn.Parameter(torch.zeros(2))], betas=(1.0, 0.99))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_every_optimizer_name_builds_and_steps(name):
+    model = torch.nn.Linear(4, 3)
+    opt = make_optimizer(model, TrainConfig(optimizer=name, lr=1e-2))
+    before = model.weight.detach().clone()
+    model(torch.randn(5, 4)).square().mean().backward()
+    opt.step()
+    assert not torch.equal(before, model.weight)
+    decays = sorted(g["weight_decay"] for g in opt.param_groups)
+    assert decays == [0.0, 0.1]  # the bias gets none
+
+
+def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
+    """Chapter 5's AdamW in the real loop: the same losses as torch.optim.AdamW, step for step."""
+    base = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000, max_steps=8,
+                warmup_steps=2, eval_interval=0, progress=False)
+    ours = train(TrainConfig(optimizer="scratch-adamw", **base)).losses
+    torchs = train(TrainConfig(optimizer="adamw", **base)).losses
+    assert ours == pytest.approx(torchs, rel=1e-5)
+    assert ours[-1] < ours[0]
+
+
+def test_schedules_by_name_have_their_shapes():
+    cfg = dict(max_steps=100, warmup_steps=10, min_lr_ratio=0.1)
+    f = {name: lr_lambda(TrainConfig(schedule=name, decay_fraction=0.2, restart_steps=30, **cfg))
+         for name in SCHEDULES}
+    assert [f["constant"](k) for k in (0, 9, 50, 99)] == [0.1, 1.0, 1.0, 1.0]
+    assert f["linear"](55) == pytest.approx(0.1 + 0.9 * 0.5)  # halfway down the line
+    assert [f["wsd"](k) for k in (10, 79)] == [1.0, 1.0] and f["wsd"](90) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert f["cosine"](55) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    restarts = [f["cosine-restarts"](k) for k in range(10, 100)]
+    assert restarts[0] == 1.0 and restarts[30] == 1.0 and min(restarts) < 0.2  # back to the top every 30 steps
+    assert f["wsd"](99) == pytest.approx(0.1 + 0.9 / 20)
+
+
+def test_wsd_rejects_a_bad_decay_fraction():
+    with pytest.raises(ValueError, match="decay_fraction"):
+        schedule.wsd(100, 10, decay_fraction=1.5)
+
+
+def test_cli_flags_offer_exactly_the_table_names():
+    train_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
+    choices = {a.dest: a.choices for a in train_parser._actions if a.choices}
+    assert list(choices["optimizer"]) == list(OPTIMIZERS) and list(choices["schedule"]) == list(SCHEDULES)

@@ -65,7 +65,8 @@ def loop_overhead(steps: int = 150, rounds: int = 5, progress: bool = False, thr
     """
     if steps < 1 or rounds < 1:
         raise ValueError(f"steps and rounds must be >= 1, got {steps} and {rounds}")
-    cfg = TrainConfig(max_steps=steps, eval_interval=0, progress=progress, optimizer="adamw")
+    cfg = TrainConfig(max_steps=steps, warmup_steps=min(20, steps), eval_interval=0, progress=progress,
+                      optimizer="adamw")
     say = log or (lambda message: None)
     say(info_line())
     say(f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "

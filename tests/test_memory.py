@@ -247,3 +247,65 @@ def test_cli_memory_accepts_the_fp8_recipes():
     out = run_cli("memory", "--precision", "fp8-deepseek-v3", "--model", "gpt2-small", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "fp8-deepseek-v3" in out.stdout.splitlines()[0]
+
+
+# --- the estimated peak against torch's MemTracker, depth by depth (issue 13f) ------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine spinning threads cost seconds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _mem_tracker_peak(precision: str, checkpointing: bool, depth: int):
+    """Peak bytes of one training step by ``torch.distributed._tools.mem_tracker.MemTracker``, and the model."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=depth, n_head=2, n_embd=32))
+    if checkpointing:
+        apply_activation_checkpointing(model)
+    if precision == "bf16-mixed":  # BF16 model, FP32 masters and Adam states
+        model = model.to(torch.bfloat16)
+        optimizer = MasterWeights(model.parameters(), lambda ps: torch.optim.AdamW(ps, fused=True))
+        external = (optimizer.optimizer, *optimizer.master_params)
+    else:  # fp32, or FP32 parameters under BF16 autocast
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+        external = (optimizer,)
+    idx = torch.randint(0, 64, (2, 32))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-autocast"):
+            _, loss = model(idx, idx)  # the logits stay referenced until the step ends, as in a loop
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for p in model.parameters():  # one step on zero gradients creates Adam's states (cheaper than a real step)
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(model, *external)
+    with tracker:
+        step()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"], model
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-autocast", "bf16-mixed"])
+def test_estimated_peak_matches_mem_tracker_at_every_depth(precision, checkpointing, one_thread):
+    # Under checkpointing the bottom block's backward can be the peak: the gradients of every block
+    # above it exist while it is rebuilt. With 12h > tokens (here h=32, 64 tokens) it is, from depth 2.
+    errors = {}
+    for depth in range(1, 9):
+        peak, model = _mem_tracker_peak(precision, checkpointing, depth)
+        est = estimate(model, batch_size=2, precision=precision, optimizer="adamw",
+                       activation_checkpointing=checkpointing)
+        errors[depth] = est.peak / peak - 1
+    worst = max(errors.values(), key=abs)
+    assert abs(worst) < 0.05, {d: f"{e:+.2%}" for d, e in errors.items()}

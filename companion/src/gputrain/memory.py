@@ -284,9 +284,14 @@ def gpt_activations(shape: ModelShape, recipe: PrecisionRecipe, batch_size: int,
 
 
 def recomputed_block_bytes(shape: ModelShape, recipe: PrecisionRecipe, tokens: int) -> float:
-    """Activations of one block rebuilt during backward under checkpointing (and its weight casts)."""
+    """Activations of one block rebuilt during backward under checkpointing (and its weight casts).
+
+    The block's input is not rebuilt: it is the tensor the checkpoint kept, and
+    the first LayerNorm saves that same storage again.
+    """
     h = shape.n_embd
-    return sum(gpt_layer_activations(shape, recipe).values()) * tokens + recipe.weight_cast * 12 * h * h
+    rebuilt = sum(gpt_layer_activations(shape, recipe).values()) - h * recipe.residual
+    return rebuilt * tokens + recipe.weight_cast * 12 * h * h
 
 
 # --- the estimator --------------------------------------------------------------------------------
@@ -347,21 +352,43 @@ def _check_sizes(**sizes) -> None:
 
 def _gpt_phases(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: dict[str, float],
                 grads: float, checkpointing: bool) -> dict[str, float]:
-    """Bytes above ``static`` at three moments of a step of our GPT (which one peaks depends on the shape)."""
-    h, V = shape.n_embd, shape.vocab_size
+    """Bytes above ``static`` at four moments of a step of our GPT (which one peaks depends on the shape)."""
+    V = shape.vocab_size
     logits = tokens * V * recipe.activations  # returned by forward, held by the caller
     saved = sum(parts.values())
     # nll_loss and log_softmax backward each make an FP32 (tokens, V) gradient
     start = logits + saved + tokens * V * 8
-    # inside the top block's backward: the loss is gone, the head's gradient exists, the block
-    # (rebuilt, under checkpointing) works on a 4h-wide gradient and the residual stream's gradient
-    in_block = (logits + saved - parts["cross-entropy (FP32 log-probs)"] + V * h * recipe.grads
-                + tokens * h * (4 * recipe.activations + 4))
-    if checkpointing:
-        in_block += recomputed_block_bytes(shape, recipe, tokens)
+    top, bottom = _block_backward(shape, recipe, tokens, logits + saved - parts["cross-entropy (FP32 log-probs)"],
+                                  checkpointing)
     # with master weights, the step also makes FP32 copies of the gradients for the masters
     step = grads + (shape.params * 4 if recipe.master else 0)
-    return {"start of backward": start, "backward of the top block": in_block, "optimizer step": step}
+    return {"start of backward": start, "backward of the top block": top,
+            "backward of the bottom block": bottom, "optimizer step": step}
+
+
+def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, held: float,
+                    checkpointing: bool) -> tuple[float, float]:
+    """Bytes above ``static`` inside the backward of the top block and of the bottom block.
+
+    ``held``: the logits and everything forward saved, minus the loss's
+    log-probabilities (freed by then).  Going down one block frees what that
+    block kept (its activations; under checkpointing only its input) and
+    leaves its parameters' gradients behind, so the memory of block ``i``'s
+    backward is linear in ``i``: its maximum is at the top block (many
+    tokens, few parameters) or at the bottom one (few tokens, many
+    parameters: the gradients of every block above already exist).
+    """
+    h, V, L = shape.n_embd, shape.vocab_size, shape.n_layer
+    if checkpointing:
+        kept = h * recipe.residual * tokens  # a block's input
+    else:
+        kept = sum(gpt_layer_activations(shape, recipe).values()) * tokens + recipe.weight_cast * 12 * h * h
+    # the head's gradient exists; the block works on a 4h-wide gradient and the residual stream's gradient
+    top = held + V * h * recipe.grads + tokens * h * (4 * recipe.activations + 4)
+    if checkpointing:
+        top += recomputed_block_bytes(shape, recipe, tokens)  # the block rebuilt
+    bottom = top + (L - 1) * (shape.layer_params * recipe.grads - kept)
+    return top, bottom
 
 
 def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,

@@ -41,13 +41,13 @@ def installed(tmp_path_factory):
                     "-q", "-w", str(root / "dist"), str(source)], check=True, capture_output=True)
     wheel = next((root / "dist").glob("gputrain-*.whl"))
     env_dir = root / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)  # ensurepip: offline
     python = env_dir / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    # the installed wheel goes into the new environment by this interpreter's pip, scripts included
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--prefix",
-                    str(env_dir), str(wheel)], check=True, capture_output=True)
+    # installed by the new environment's own pip: this one would uninstall the editable gputrain first
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+                   check=True, capture_output=True)
     # torch, accelerate, ... come from this environment's site-packages: a path line, so its .pth
     # files (such as the editable install pointing at the checkout) are not processed
     (site / "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")

@@ -119,7 +119,7 @@ def gpt_steps(dev: torch.device, quick: bool) -> list[dict]:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
         losses = []
 
-        def step():
+        def step(model=model, opt=opt, losses=losses):  # bound now: the loop rebinds these names
             with torch.autocast(dev.type, dtype=torch.bfloat16):
                 _, loss = model(x, y)
             loss.backward()

@@ -195,7 +195,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk, ignore_index, label_smoothing, reduction):
-        N, V = hidden.shape[0], weight.shape[0]
+        N = hidden.shape[0]
         acc = torch.promote_types(hidden.dtype, torch.float32)  # the loss itself is never in bf16/fp16
         valid = targets != ignore_index  # (N,)
         safe = torch.where(valid, targets, torch.zeros_like(targets))

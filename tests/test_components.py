@@ -86,3 +86,14 @@ def test_cli_flags_offer_exactly_the_table_names():
     train_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
     choices = {a.dest: a.choices for a in train_parser._actions if a.choices}
     assert list(choices["optimizer"]) == list(OPTIMIZERS) and list(choices["schedule"]) == list(SCHEDULES)
+
+
+def test_readme_table_names_every_choice():
+    """The README's table of components spells the same names as the package's tables."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for flag, table in (("--optimizer", OPTIMIZERS), ("--schedule", SCHEDULES)):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{flag}`"))
+        assert set(re.findall(r"`([a-z0-9-]+)`", row.split("|")[2])) == set(table), flag

@@ -168,14 +168,26 @@ def _cmd_bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="gputrain",
-        description="Companion of 'How a GPU Trains AI': inspect the machine, train a GPT.",
+        description="Companion of 'How a GPU Trains AI': inspect the machine, train a GPT, sample and evaluate it.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
 
+    _add_info(sub)
+    _add_memory(sub)
+    _add_train(sub)
+    _add_sample(sub)
+    _add_eval(sub)
+    _add_bench(sub)
+    return parser
+
+
+def _add_info(sub) -> None:
     p_info = sub.add_parser("info", help="versions, device, preset and known peak FLOP/s")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
 
+
+def _add_memory(sub) -> None:
     p_mem = sub.add_parser("memory", help="bytes per GPU of training a model (chapter 7)",
                            description="Estimate parameters, gradients, master weights, optimizer states "
                                        "and activations per GPU.")
@@ -196,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_mem.add_argument("--json", action="store_true", help="print as JSON")
     p_mem.set_defaults(func=_cmd_memory)
 
+
+def _add_train(sub) -> None:
     p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
                              description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")
     p_train.add_argument("--preset", choices=list(PRESETS), default="tiny",
@@ -204,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(p_train, TrainConfig)
     p_train.set_defaults(func=_cmd_train)
 
+
+def _add_sample(sub) -> None:
     p_sample = sub.add_parser("sample", help="generate text from a trained checkpoint",
                               description="Print the prompt and the bytes a trained GPT samples after it.")
     p_sample.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
@@ -214,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_sample.add_argument("--seed", type=int, default=1, help="sampling seed (default: 1)")
     p_sample.set_defaults(func=_cmd_sample)
 
+
+def _add_eval(sub) -> None:
     p_eval = sub.add_parser("eval", help="loss, perplexity and bits per byte of a checkpoint on held-out text",
                             description="Evaluate a trained GPT. Without --data: its own run's validation split.")
     p_eval.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
@@ -224,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--json", action="store_true", help="print as JSON")
     p_eval.set_defaults(func=_cmd_eval)
 
+
+def _add_bench(sub) -> None:
     p_bench = sub.add_parser("bench", help="the speed ladder: tokens/s, MFU and memory per optimization",
                              description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
                                          "torch.compile, a larger batch and a padded vocabulary, one change at "
@@ -240,7 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
     _add_config_flags(p_bench, LadderConfig)
     p_bench.set_defaults(func=_cmd_bench)
-    return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -84,13 +84,23 @@ class TrainConfig:
     seed: int = 1337  # seeds Python, NumPy, torch and the data order
 
     def __post_init__(self) -> None:
-        for f in fields(self):  # types first: every later check may compare numbers
+        self._check_types()  # first: every later check may compare numbers
+        self._check_numbers()
+        self._check_choices()
+        self._check_paths()
+        data_source(self)  # missing files or a missing datasets package fail here, before anything runs
+        self.model_config()  # the model validates its own shape (n_embd divisible by n_head, ...)
+
+    def _check_types(self) -> None:
+        for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
             ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 ok = True
             if not ok:
                 raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
+
+    def _check_numbers(self) -> None:
         positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes", "batch_size",
                     "grad_accum_steps", "max_steps", "eval_batches", "max_bad_steps", "keep_checkpoints")
         for name in positive:
@@ -109,14 +119,6 @@ class TrainConfig:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
-        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION)):
-            if getattr(self, name) not in table:
-                raise choice_error(name, getattr(self, name), table)
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999")
-        if not 0.0 < self.decay_fraction <= 1.0:
-            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
                              "shorten the warmup")
@@ -126,6 +128,16 @@ class TrainConfig:
             raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
         if self.spike_window == 1:
             raise ValueError("spike_window must be 0 (off) or >= 2 losses")
+
+    def _check_choices(self) -> None:
+        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION)):
+            if getattr(self, name) not in table:
+                raise choice_error(name, getattr(self, name), table)
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.patience and not self.eval_interval:
             raise ValueError("patience needs validation passes; set eval_interval > 0")
         if self.checkpoint_interval and not self.checkpoint_dir:
@@ -137,14 +149,14 @@ class TrainConfig:
                 import tensorboard  # noqa: F401
             except ImportError:
                 raise ValueError("tensorboard=True needs the tensorboard package: pip install tensorboard") from None
+
+    def _check_paths(self) -> None:
         for name in ("checkpoint_dir", "log_dir"):  # before a run trains for hours and then cannot save
             if getattr(self, name) and Path(getattr(self, name)).exists() and not Path(getattr(self, name)).is_dir():
                 raise ValueError(f"{name}={getattr(self, name)!r} is a file; pass a directory (new or empty)")
         if self.resume_from and not Path(self.resume_from).exists():
             raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
                                     "pass a checkpoint directory written by gputrain")
-        data_source(self)  # missing files or a missing datasets package fail here, before anything runs
-        self.model_config()  # the model validates its own shape (n_embd divisible by n_head, ...)
 
     @property
     def window(self) -> int:

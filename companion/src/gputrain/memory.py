@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 
-from .model import gpt_num_params
+from .model import Block, gpt_num_params
 
 _CKPT_FLAG = "_gputrain_checkpointed"
 
@@ -51,11 +51,7 @@ def apply_activation_checkpointing(
     ``state_dict`` keys do not change.  Applying it twice is harmless.
     Returns ``model`` (modified in place).
     """
-    if block_types is None:
-        from .model import Block
-
-        block_types = (Block,)
-    block_types = tuple(block_types)
+    block_types = (Block,) if block_types is None else tuple(block_types)
     if not block_types or not all(isinstance(t, type) and issubclass(t, nn.Module) for t in block_types):
         raise ValueError(f"block_types must be nn.Module subclasses, got {block_types!r}")
     wrapped = 0
@@ -391,6 +387,31 @@ def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, hel
     return top, bottom
 
 
+def _check_settings(zero_stage, dp, batch_size, seq_len, activation_model) -> None:
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if not isinstance(dp, int) or dp < 1:
+        raise ValueError(f"dp (data-parallel degree) must be an integer >= 1, got {dp!r}")
+    _check_sizes(batch_size=batch_size, seq_len=seq_len)
+    if activation_model not in ("gputrain", "korthikanti"):
+        raise ValueError(f"activation_model must be 'gputrain' or 'korthikanti', got {activation_model!r}")
+
+
+def _activations_and_phases(shape: ModelShape, recipe: PrecisionRecipe, batch_size: int, seq_len: Optional[int],
+                            grads: float, checkpointing: bool, activation_model: str):
+    """Activation bytes by part, and the phases of a step (none for Korthikanti et al.'s formula)."""
+    s = seq_len if seq_len is not None else shape.block_size
+    if activation_model == "korthikanti":
+        mode = "full" if checkpointing else "none"
+        # the formula counts 16-bit activations; FP32 activations take twice the bytes
+        blocks = korthikanti_activations(s, batch_size, shape.n_embd, shape.n_head, shape.n_layer, recompute=mode)
+        return {"blocks": blocks * recipe.activations / 2}, {}
+    if s > shape.block_size:
+        raise ValueError(f"seq_len={s} exceeds the model's block_size={shape.block_size}")
+    parts = gpt_activations(shape, recipe, batch_size, s, checkpointing)
+    return parts, _gpt_phases(shape, recipe, batch_size * s, parts, grads, checkpointing)
+
+
 def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
              precision: "str | PrecisionRecipe" = "bf16-mixed", optimizer: str = "adam",
              activation_checkpointing: bool = False, zero_stage: int = 0, dp: int = 1,
@@ -408,14 +429,7 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
     """
     recipe = get_recipe(precision)
     n_states = optimizer_states(optimizer)
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
-    if not isinstance(dp, int) or dp < 1:
-        raise ValueError(f"dp (data-parallel degree) must be an integer >= 1, got {dp!r}")
-    _check_sizes(batch_size=batch_size, seq_len=seq_len)
-    if activation_model not in ("gputrain", "korthikanti"):
-        raise ValueError(f"activation_model must be 'gputrain' or 'korthikanti', got {activation_model!r}")
-
+    _check_settings(zero_stage, dp, batch_size, seq_len, activation_model)
     shape, n_tensors = None, 0
     if isinstance(model, (int, float)):
         _check_sizes(params=model)
@@ -430,21 +444,12 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
 
     shard = {k: (dp if zero_stage >= k else 1) for k in (1, 2, 3)}
     states = psi * n_states * recipe.optimizer_state + (4 * n_tensors if n_states == 2 else 0)  # Adam's step
-    acts, parts, phases = 0.0, {}, {}
     grads = psi * recipe.grads / shard[2]
+    parts, phases = {}, {}
     if shape is not None and batch_size > 0:
-        s = seq_len if seq_len is not None else shape.block_size
-        if s > shape.block_size and activation_model == "gputrain":
-            raise ValueError(f"seq_len={s} exceeds the model's block_size={shape.block_size}")
-        if activation_model == "korthikanti":
-            mode = "full" if activation_checkpointing else "none"
-            # the formula counts 16-bit activations; FP32 activations take twice the bytes
-            parts = {"blocks": korthikanti_activations(s, batch_size, shape.n_embd, shape.n_head,
-                                                       shape.n_layer, recompute=mode) * recipe.activations / 2}
-        else:
-            parts = gpt_activations(shape, recipe, batch_size, s, activation_checkpointing)
-            phases = _gpt_phases(shape, recipe, batch_size * s, parts, grads, activation_checkpointing)
-        acts = sum(parts.values())
+        parts, phases = _activations_and_phases(shape, recipe, batch_size, seq_len, grads,
+                                                activation_checkpointing, activation_model)
+    acts = float(sum(parts.values()))
     if not phases:
         phases = {"activations and gradients together": acts + grads}
     return MemoryBreakdown(

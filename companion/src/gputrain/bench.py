@@ -57,6 +57,8 @@ RUNGS: list[tuple[str, str, str]] = [
     ("pad_vocab", "+ vocab padded to 64", "a head matrix whose shape tiles evenly onto the tensor cores"),
 ]
 RUNG_NAMES = tuple(name for name, _, _ in RUNGS)
+# what torch.compile wraps in the compile rung: name -> meaning (the CLI offers these names)
+COMPILE_SCOPES = {"model": "the whole GPT in one graph", "blocks": "each block on its own (compiles faster)"}
 
 
 @dataclass(kw_only=True)
@@ -89,8 +91,8 @@ class LadderConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.compile_scope not in ("model", "blocks"):
-            raise ValueError(f"compile_scope must be 'model' or 'blocks', got {self.compile_scope!r}")
+        if self.compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"compile_scope={self.compile_scope!r} is not one of: {', '.join(COMPILE_SCOPES)}")
         if self.threads < 0 or not self.max_seconds > 0:
             raise ValueError("threads must be >= 0 and max_seconds > 0")
         unknown = set(self.rung_list()) - set(RUNG_NAMES)

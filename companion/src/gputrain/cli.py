@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .bench import LadderConfig, ladder_config, plan, run_ladder
+from .bench import COMPILE_SCOPES, LadderConfig, ladder_config, plan, run_ladder
 from .device import info, preset
 from .memory import GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
 from .results import read_result, write_result
@@ -52,7 +52,8 @@ def _field_help(cls) -> dict[str, str]:
 
 
 # fields whose value is a name from one of the package's tables: the flag offers exactly those
-CHOICES = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "mixed_precision": MIXED_PRECISION}
+CHOICES = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "mixed_precision": MIXED_PRECISION,
+           "compile_scope": COMPILE_SCOPES}
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:

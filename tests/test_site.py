@@ -27,6 +27,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# Generous limits for each wait in a page: on a busy machine a heavy chapter page takes tens of seconds.
+WAIT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +120,34 @@ def _open(browser, url_path: str):
     # a local file the page asks for but the site lacks (a font, a script chunk) is an error too
     page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}")
             if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
-    page.goto(f"{origin}/{url_path}", wait_until="load")
-    page.wait_for_load_state("networkidle")
+    # Requests in flight, so that none is still pending (and its failure unrecorded) when the checks run.
+    pending: set = set()
+    page.on("request", lambda r: pending.add(r))
+    page.on("requestfinished", lambda r: pending.discard(r))
+    page.on("requestfailed", lambda r: pending.discard(r))
+    page.goto(f"{origin}/{url_path}", wait_until="load", timeout=WAIT_MS)
+    # Wait for what the checks look at, not for "no request for 500 ms" (networkidle), which a busy
+    # machine missed for 30 s on a heavy page: every image has finished loading (or failed: the
+    # checks judge that), MathJax has typeset, widgets have rendered.
+    page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=WAIT_MS)
+    if page.evaluate("!!document.querySelector('script[src*=\"mathjax\" i]')"):
+        _wait_for_math(page)
+    if page.evaluate(f"!!document.querySelector('script[type=\"{WIDGET_VIEW}\"]')"):
+        page.wait_for_selector(".jupyter-widgets", timeout=WAIT_MS)
+    quiet = 0  # then, as networkidle but with the generous limit: no request in flight for 500 ms,
+    for _ in range(WAIT_MS // 100):  # so the fonts and scripts these started have loaded or failed
+        quiet = 0 if pending else quiet + 1
+        if quiet == 5:
+            break
+        page.wait_for_timeout(100)
+    assert not pending, f"{url_path}: requests still pending after {WAIT_MS / 1000:.0f} s: {[r.url for r in pending]}"
     return page, blocked, errors
 
 
 def _wait_for_math(page) -> int:
-    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30000)
-    page.evaluate("MathJax.startup.promise")
+    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=WAIT_MS)
+    page.evaluate("MathJax.startup.promise.then(() => { window.__typeset = true; })")
+    page.wait_for_function("window.__typeset === true", timeout=WAIT_MS)
     return page.evaluate("document.querySelectorAll('mjx-container').length")
 
 
@@ -144,7 +166,7 @@ def test_figures_load_and_widgets_render(browser, site):
     for path in widget_pages:
         rel = path.relative_to(site).as_posix()
         page, blocked, errors = _open(browser, rel)
-        page.wait_for_selector(".jupyter-widgets", timeout=30000)
+        page.wait_for_selector(".jupyter-widgets", timeout=WAIT_MS)
         n_widgets = page.evaluate("document.querySelectorAll('.jupyter-widgets').length")
         assert n_widgets >= 1, rel
         images = page.evaluate(

@@ -3,6 +3,7 @@ import torch
 
 import gputrain as gt
 from gputrain import device as dv
+from gputrain import results
 
 
 def test_preset_follows_hardware(monkeypatch):
@@ -50,12 +51,12 @@ def test_info_has_versions_and_preset():
 
 def test_results_round_trip_with_provenance(tmp_path):
     path = tmp_path / "r" / "x.json"
-    assert dv.read_result(path) is None
-    dv.write_result(path, {"tflops": [1.0, 2.0]}, command="bench x")
-    r = dv.read_result(path)
+    assert results.read_result(path) is None
+    results.write_result(path, {"tflops": [1.0, 2.0]}, command="bench x")
+    r = results.read_result(path)
     assert r["data"] == {"tflops": [1.0, 2.0]}
     assert r["provenance"]["torch"] == torch.__version__ and r["provenance"]["command"] == "bench x"
-    assert "Measured on" in dv.provenance_note(r)
+    assert "Measured on" in results.provenance_note(r)
     assert not list(path.parent.glob("*.tmp"))
 
 

@@ -67,7 +67,7 @@ def test_tiny_gpt_loss_falls():
     ({"batch_size": 0}, "batch_size must be >= 1"),
     ({"n_embd": 30, "n_head": 4}, "not divisible by n_head"),
     ({"warmup_steps": 500, "max_steps": 100}, "exceeds max_steps"),
-    ({"mixed_precision": "fp4"}, "mixed_precision must be"),
+    ({"mixed_precision": "fp4"}, "mixed_precision='fp4' is not one of"),
 ])
 def test_bad_config_one_clear_error(bad, message):
     with pytest.raises(ValueError, match=message):

@@ -285,7 +285,8 @@ def overlap_timing(tokens: int = 4096, dim: int = 256, hidden: int = 256, n_micr
     waits for each all-to-all; "overlapped" starts the dispatch of micro-batch
     i+1 (``async_op=True``) before computing micro-batch i, and leaves each
     combine in flight while the next micro-batch computes, the way DualPipe
-    hides communication behind computation.  Medians over ``repeats``.
+    hides communication behind computation.  Medians over ``repeats`` rounds, the four
+    measurements taken in turn within each round.
     """
     P = dist.get_world_size()
     torch.manual_seed(seed + dist.get_rank())
@@ -316,19 +317,19 @@ def overlap_timing(tokens: int = 4096, dim: int = 256, hidden: int = 256, n_micr
         for h in pending:
             h.wait()
 
-    def median(fn) -> float:
-        times = []
-        for _ in range(repeats + 1):  # the first call warms up
-            dist.barrier()
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sorted(times[1:])[len(times[1:]) // 2]
-
+    fns = {"dispatch_s": lambda: a2a(xs[0]), "compute_s": lambda: compute(xs[0]),
+           "sequential_s": sequential, "overlapped_s": overlapped}
+    times: dict[str, list[float]] = {k: [] for k in fns}
     with torch.no_grad():
-        return {"dispatch_s": median(lambda: a2a(xs[0])), "compute_s": median(lambda: compute(xs[0])),
-                "sequential_s": median(sequential), "overlapped_s": median(overlapped),
-                "bytes_per_dispatch": per * (P - 1) * dim * 4, "n_micro": n_micro}
+        for rep in range(repeats + 1):  # round-robin, so a change in the machine's load hits all alike
+            for name, fn in fns.items():
+                dist.barrier()
+                t0 = time.perf_counter()
+                fn()
+                if rep:  # the first round warms up
+                    times[name].append(time.perf_counter() - t0)
+    out = {k: sorted(v)[len(v) // 2] for k, v in times.items()}  # medians
+    return {**out, "bytes_per_dispatch": per * (P - 1) * dim * 4, "n_micro": n_micro}
 
 
 # Published figures used by :func:`v3_compute_comm_ratio` (DeepSeek-V3 report, arXiv 2412.19437, §3.2;

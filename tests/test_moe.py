@@ -27,10 +27,10 @@ def reference_forward(m: MoE, x: torch.Tensor, keep=None) -> torch.Tensor:
     keep = r.keep if keep is None else keep
     rows = []
     for t in range(len(x)):
-        y = sum(e(x[t:t + 1]) for e in m.shared) if len(m.shared) else torch.zeros_like(x[t:t + 1])
+        y = sum(e(x[t : t + 1]) for e in m.shared) if len(m.shared) else torch.zeros_like(x[t : t + 1])
         for j in range(m.cfg.top_k):
             if keep[t, j]:
-                y = y + r.gates[t, j] * m.experts[int(r.experts[t, j])](x[t:t + 1])
+                y = y + r.gates[t, j] * m.experts[int(r.experts[t, j])](x[t : t + 1])
         rows.append(y)
     return torch.cat(rows)
 
@@ -93,8 +93,7 @@ def test_an_expert_with_no_tokens_gets_no_gradient_and_no_error():
     m(x).square().sum().backward()
     assert int(m.last_counts[3]) == 0
     assert all(p.grad is None for p in m.experts[3].parameters())
-    assert all(p.grad is not None for e in (0, 1, 2) for p in m.experts[e].parameters()
-               if int(m.last_counts[e]) > 0)
+    assert all(p.grad is not None for e in (0, 1, 2) for p in m.experts[e].parameters() if int(m.last_counts[e]) > 0)
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
@@ -139,8 +138,10 @@ def test_bias_does_not_change_gate_values():
     r = m.router(x)
     s = torch.sigmoid(x @ m.router.weight.t()).gather(-1, r.experts)
     torch.testing.assert_close(r.gates, s / s.sum(-1, keepdim=True))
-    assert torch.equal(r.experts, (s.new_zeros(10, 8) + torch.sigmoid(x @ m.router.weight.t())
-                                   + m.router.e_bias).topk(2, dim=-1).indices)
+    assert torch.equal(
+        r.experts,
+        (s.new_zeros(10, 8) + torch.sigmoid(x @ m.router.weight.t()) + m.router.e_bias).topk(2, dim=-1).indices,
+    )
 
 
 def test_node_limited_routing_stays_within_m_groups():
@@ -157,15 +158,18 @@ def test_node_limited_routing_stays_within_m_groups():
     assert torch.equal(all_groups.router(x).experts, free.router(x).experts)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(top_k=9), "top_k=9 is larger than n_experts=8"),
-    (dict(capacity_factor=0.0), "capacity_factor must be > 0"),
-    (dict(capacity_factor=-1.0), "capacity_factor must be > 0"),
-    (dict(router="relu"), "unknown router 'relu'"),
-    (dict(balance="magic"), "unknown balance 'magic'"),
-    (dict(n_groups=3), "n_groups=3 must be >= 1 and divide n_experts=8"),
-    (dict(n_groups=4, topk_groups=1, top_k=3), "do not fit in topk_groups=1"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(top_k=9), "top_k=9 is larger than n_experts=8"),
+        (dict(capacity_factor=0.0), "capacity_factor must be > 0"),
+        (dict(capacity_factor=-1.0), "capacity_factor must be > 0"),
+        (dict(router="relu"), "unknown router 'relu'"),
+        (dict(balance="magic"), "unknown balance 'magic'"),
+        (dict(n_groups=3), "n_groups=3 must be >= 1 and divide n_experts=8"),
+        (dict(n_groups=4, topk_groups=1, top_k=3), "do not fit in topk_groups=1"),
+    ],
+)
 def test_bad_configurations_are_one_line_errors(kw, message):
     args = dict(dim=8, n_experts=8, top_k=2)
     args.update(kw)
@@ -182,10 +186,16 @@ def test_gpt_config_validates_its_moe_fields():
         GPTConfig(n_experts=-1)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(), dict(bias=False), dict(n_shared_experts=0, top_k=1), dict(moe_first_dense=1, moe_every=2, n_layer=5),
-    dict(expert_hidden=24, n_experts=16, top_k=4),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(bias=False),
+        dict(n_shared_experts=0, top_k=1),
+        dict(moe_first_dense=1, moe_every=2, n_layer=5),
+        dict(expert_hidden=24, n_experts=16, top_k=4),
+    ],
+)
 def test_parameter_counts_match_the_formula(kw):
     args = dict(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=32, n_experts=8, top_k=2)
     args.update(kw)
@@ -209,8 +219,17 @@ def test_deepseek_v3_counts_from_its_configuration():
 
 def test_gpt_with_moe_trains_and_updates_biases():
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32, n_experts=8, top_k=2,
-                    balance="bias", bias_gamma=0.01)
+    cfg = GPTConfig(
+        vocab_size=32,
+        block_size=16,
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        n_experts=8,
+        top_k=2,
+        balance="bias",
+        bias_gamma=0.01,
+    )
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.randint(0, 32, (8, 17))
@@ -229,8 +248,9 @@ def test_gpt_with_moe_trains_and_updates_biases():
 
 def test_gpt_adds_the_aux_loss():
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16, n_experts=4, balance="aux",
-                    aux_loss_weight=0.5)
+    cfg = GPTConfig(
+        vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16, n_experts=4, balance="aux", aux_loss_weight=0.5
+    )
     model = GPT(cfg)
     idx = torch.randint(0, 32, (2, 8))
     logits, loss = model(idx, idx)

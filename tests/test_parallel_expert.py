@@ -4,8 +4,16 @@ import pytest
 import torch.distributed as dist
 
 from gputrain.parallel import LaunchError, launch
-from gputrain.parallel.expert import (V3_FIGURES, check_expert_split, expert_parallel_check, expert_parallel_group,
-                                      node_limited_check, node_traffic_bytes, overlap_timing, v3_compute_comm_ratio)
+from gputrain.parallel.expert import (
+    V3_FIGURES,
+    check_expert_split,
+    expert_parallel_check,
+    expert_parallel_group,
+    node_limited_check,
+    node_traffic_bytes,
+    overlap_timing,
+    v3_compute_comm_ratio,
+)
 
 
 def make_group(ep_size: int) -> None:
@@ -20,6 +28,7 @@ def test_experts_must_split_evenly():
 
 def test_node_traffic_counts_each_other_node_once():
     import torch
+
     experts = torch.tensor([[0, 1], [0, 5], [4, 6], [2, 7]])  # 4 experts per node, source node 0
     # token 0 stays home; tokens 1, 2, 3 each reach node 1 once
     assert node_traffic_bytes(experts, 0, 4, 10) == 30
@@ -27,8 +36,11 @@ def test_node_traffic_counts_each_other_node_once():
 
 
 def test_v3_ratio_from_published_figures_is_about_one_to_one():
-    r = v3_compute_comm_ratio(**{k: V3_FIGURES[k] for k in ("hidden", "expert_ffn", "experts_per_node")},
-                              flops=V3_FIGURES["bf16_flops"], ib_bytes_per_s=V3_FIGURES["ib_bytes_per_s"])
+    r = v3_compute_comm_ratio(
+        **{k: V3_FIGURES[k] for k in ("hidden", "expert_ffn", "experts_per_node")},
+        flops=V3_FIGURES["bf16_flops"],
+        ib_bytes_per_s=V3_FIGURES["ib_bytes_per_s"],
+    )
     assert 0.5 < r["compute_over_comm"] < 2.0
     # by hand: 3 x 3.2 x 6 x 7168 x 2048 / 989e12 against 7 x 7168 / 50e9
     assert abs(r["compute_s"] - 3 * 3.2 * 6 * 7168 * 2048 / 989e12) < 1e-15

@@ -68,8 +68,7 @@ class MoEConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"MoEConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.top_k > self.n_experts:
-            raise ValueError(f"top_k={self.top_k} is larger than n_experts={self.n_experts}; "
-                             "pick top_k <= n_experts")
+            raise ValueError(f"top_k={self.top_k} is larger than n_experts={self.n_experts}; pick top_k <= n_experts")
         if self.n_shared < 0:
             raise ValueError(f"n_shared must be >= 0, got {self.n_shared}")
         if self.router not in ROUTERS:
@@ -87,8 +86,10 @@ class MoEConfig:
         if G > 1 and not 1 <= M <= G:
             raise ValueError(f"topk_groups={M} must be between 1 and n_groups={G}")
         if G > 1 and self.top_k > M * (self.n_experts // G):
-            raise ValueError(f"top_k={self.top_k} experts do not fit in topk_groups={M} groups of "
-                             f"{self.n_experts // G}; raise topk_groups or lower top_k")
+            raise ValueError(
+                f"top_k={self.top_k} experts do not fit in topk_groups={M} groups of "
+                f"{self.n_experts // G}; raise topk_groups or lower top_k"
+            )
 
     def capacity(self, n_tokens: int) -> Optional[int]:
         """Assignments one expert accepts per forward of ``n_tokens`` tokens; None when dropless."""
@@ -236,8 +237,11 @@ class MoE(nn.Module):
         self.last_dropped = int((~r.keep).sum())
         if self.training:
             self.load_since_update += counts.to(self.load_since_update.dtype)
-        self.aux_loss = (balance_loss(r.probs, r.experts, cfg.n_experts, cfg.aux_loss_weight)
-                         if cfg.balance == "aux" and self.training else x.new_zeros(()))
+        self.aux_loss = (
+            balance_loss(r.probs, r.experts, cfg.n_experts, cfg.aux_loss_weight)
+            if cfg.balance == "aux" and self.training
+            else x.new_zeros(())
+        )
         return r
 
     def shared_out(self, x: torch.Tensor) -> torch.Tensor:
@@ -314,14 +318,28 @@ def moe_layer_params(cfg: MoEConfig) -> tuple[int, int]:
     C, h = cfg.dim, cfg.expert_hidden
     expert = 2 * C * h + ((h + C) if cfg.bias else 0)
     router = cfg.n_experts * C
-    return (router + (cfg.n_experts + cfg.n_shared) * expert,
-            router + (cfg.top_k + cfg.n_shared) * expert)
+    return (router + (cfg.n_experts + cfg.n_shared) * expert, router + (cfg.top_k + cfg.n_shared) * expert)
 
 
 # DeepSeek-V3's published configuration (config.json of deepseek-ai/DeepSeek-V3; report arXiv 2412.19437)
-DEEPSEEK_V3 = dict(n_layers=61, first_dense=3, hidden=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, dense_ffn=18432, expert_ffn=2048,
-                   n_routed=256, n_shared=1, top_k=8, vocab=129280, mtp_modules=1)
+DEEPSEEK_V3 = dict(
+    n_layers=61,
+    first_dense=3,
+    hidden=7168,
+    n_heads=128,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    dense_ffn=18432,
+    expert_ffn=2048,
+    n_routed=256,
+    n_shared=1,
+    top_k=8,
+    vocab=129280,
+    mtp_modules=1,
+)
 
 
 def deepseek_v3_params(c: dict = DEEPSEEK_V3) -> dict[str, int]:
@@ -345,9 +363,15 @@ def deepseek_v3_params(c: dict = DEEPSEEK_V3) -> dict[str, int]:
       stores the MTP module with its own copies of the embedding and the head.
     """
     h, H = c["hidden"], c["n_heads"]
-    attn = (h * c["q_lora_rank"] + c["q_lora_rank"] + c["q_lora_rank"] * H * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"])
-            + h * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) + c["kv_lora_rank"]
-            + c["kv_lora_rank"] * H * (c["qk_nope_head_dim"] + c["v_head_dim"]) + H * c["v_head_dim"] * h)
+    attn = (
+        h * c["q_lora_rank"]
+        + c["q_lora_rank"]
+        + c["q_lora_rank"] * H * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"])
+        + h * (c["kv_lora_rank"] + c["qk_rope_head_dim"])
+        + c["kv_lora_rank"]
+        + c["kv_lora_rank"] * H * (c["qk_nope_head_dim"] + c["v_head_dim"])
+        + H * c["v_head_dim"] * h
+    )
     swiglu = 3 * h * c["expert_ffn"]
     router = h * c["n_routed"] + c["n_routed"]
     dense = attn + 2 * h + 3 * h * c["dense_ffn"]

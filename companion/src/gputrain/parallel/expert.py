@@ -71,8 +71,14 @@ def _exchange(x, out_splits, in_splits, group, traffic, phase):
     return out
 
 
-def all_to_all(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group=None,
-               traffic: Optional[A2ATraffic] = None, phase: str = "dispatch") -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor,
+    out_splits: list[int],
+    in_splits: list[int],
+    group=None,
+    traffic: Optional[A2ATraffic] = None,
+    phase: str = "dispatch",
+) -> torch.Tensor:
     """Differentiable all-to-all: rows ``in_splits[j]`` of ``x`` go to rank j; ``out_splits[j]`` arrive from j."""
     return _AllToAll.apply(x, list(out_splits), list(in_splits), group, traffic, phase)
 
@@ -80,8 +86,10 @@ def all_to_all(x: torch.Tensor, out_splits: list[int], in_splits: list[int], gro
 def check_expert_split(n_experts: int, ranks: int) -> int:
     """Experts per rank; a clear error when the experts do not split evenly."""
     if ranks < 1 or n_experts % ranks:
-        raise ValueError(f"{n_experts} experts do not split evenly over {ranks} expert-parallel ranks; "
-                         f"use a number of ranks that divides {n_experts}")
+        raise ValueError(
+            f"{n_experts} experts do not split evenly over {ranks} expert-parallel ranks; "
+            f"use a number of ranks that divides {n_experts}"
+        )
     return n_experts // ranks
 
 
@@ -89,8 +97,9 @@ def expert_parallel_group(ep_size: int):
     """This rank's expert-parallel group: consecutive ranks in groups of ``ep_size`` (call on every rank)."""
     world = dist.get_world_size()
     if ep_size < 1 or world % ep_size:
-        raise ValueError(f"expert-parallel size {ep_size} does not divide the world size {world}; "
-                         f"pick a divisor of {world}")
+        raise ValueError(
+            f"expert-parallel size {ep_size} does not divide the world size {world}; pick a divisor of {world}"
+        )
     mine = None
     for start in range(0, world, ep_size):
         g = dist.new_group(list(range(start, start + ep_size)))  # every rank creates every group
@@ -108,7 +117,7 @@ class ExpertParallelMoE(MoE):
         self.ranks, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.local = check_expert_split(cfg.n_experts, self.ranks)
         first = self.rank * self.local
-        self.experts = nn.ModuleList(list(self.experts)[first:first + self.local])  # only my experts
+        self.experts = nn.ModuleList(list(self.experts)[first : first + self.local])  # only my experts
         self.traffic = traffic if traffic is not None else A2ATraffic()
         self.last_send_splits: list[int] = []
 
@@ -120,7 +129,7 @@ class ExpertParallelMoE(MoE):
         ep.router.load_state_dict(dense.router.state_dict())
         ep.shared.load_state_dict(dense.shared.state_dict())
         first = ep.rank * ep.local
-        for mine, theirs in zip(ep.experts, list(dense.experts)[first:first + ep.local]):
+        for mine, theirs in zip(ep.experts, list(dense.experts)[first : first + ep.local]):
             mine.load_state_dict(theirs.state_dict())
         return ep
 
@@ -185,9 +194,17 @@ def _max_err(a, b) -> float:
     return (a - b).abs().max().item()
 
 
-def expert_parallel_check(dtype: str = "float64", tokens: int = 24, dim: int = 16, n_experts: int = 8,
-                          top_k: int = 2, seed: int = 0, router: str = "sigmoid",
-                          capacity_factor: Optional[float] = None, starve_expert: Optional[int] = None) -> dict:
+def expert_parallel_check(
+    dtype: str = "float64",
+    tokens: int = 24,
+    dim: int = 16,
+    n_experts: int = 8,
+    top_k: int = 2,
+    seed: int = 0,
+    router: str = "sigmoid",
+    capacity_factor: Optional[float] = None,
+    starve_expert: Optional[int] = None,
+) -> dict:
     """Expert-parallel layer vs the one-process layer on the same tokens: outputs, gradients, bytes.
 
     Every rank builds the same one-process layer (same seed) and the same P
@@ -197,8 +214,7 @@ def expert_parallel_check(dtype: str = "float64", tokens: int = 24, dim: int = 1
     (as data parallelism would), its local experts need nothing.
     """
     P, rank, dt = dist.get_world_size(), dist.get_rank(), getattr(torch, dtype)
-    dense = _dense_layer(dim, n_experts, top_k, dt, seed, router=router, capacity_factor=capacity_factor,
-                         balance="aux")
+    dense = _dense_layer(dim, n_experts, top_k, dt, seed, router=router, capacity_factor=capacity_factor, balance="aux")
     if starve_expert is not None:
         dense.router.e_bias[starve_expert] = -100.0  # nobody routes there
     g = torch.Generator().manual_seed(seed + 1)
@@ -219,14 +235,25 @@ def expert_parallel_check(dtype: str = "float64", tokens: int = 24, dim: int = 1
         dist.all_reduce(p.grad)  # each rank's share of dL/dw: sum them
     dense_replicated = list(dense.router.parameters()) + list(dense.shared.parameters())
     first = rank * ep.local
-    local_pairs = [(a.grad, b.grad) for e, d in zip(ep.experts, list(dense.experts)[first:first + ep.local])
-                   for a, b in zip(e.parameters(), d.parameters())]
-    errors = {"output": _max_err(out, outs[rank]), "input_grad": _max_err(x.grad, Xr.grad[rank]),
-              "replicated_grads": max(_max_err(a.grad, b.grad) for a, b in zip(replicated, dense_replicated)),
-              "expert_grads": max(_max_err(a, b) for a, b in local_pairs)}
-    return {"errors": errors, "sent": dict(traffic.sent), "expected": _expected_bytes(dense, X, rank, ep.local),
-            "load": ep.last_counts.tolist(), "dropped": ep.last_dropped,
-            "local_grads_none": [all(p.grad is None for p in e.parameters()) for e in ep.experts]}
+    local_pairs = [
+        (a.grad, b.grad)
+        for e, d in zip(ep.experts, list(dense.experts)[first : first + ep.local])
+        for a, b in zip(e.parameters(), d.parameters())
+    ]
+    errors = {
+        "output": _max_err(out, outs[rank]),
+        "input_grad": _max_err(x.grad, Xr.grad[rank]),
+        "replicated_grads": max(_max_err(a.grad, b.grad) for a, b in zip(replicated, dense_replicated)),
+        "expert_grads": max(_max_err(a, b) for a, b in local_pairs),
+    }
+    return {
+        "errors": errors,
+        "sent": dict(traffic.sent),
+        "expected": _expected_bytes(dense, X, rank, ep.local),
+        "load": ep.last_counts.tolist(),
+        "dropped": ep.last_dropped,
+        "local_grads_none": [all(p.grad is None for p in e.parameters()) for e in ep.experts],
+    }
 
 
 def _expected_bytes(dense: MoE, X: torch.Tensor, rank: int, local: int) -> dict:
@@ -240,12 +267,24 @@ def _expected_bytes(dense: MoE, X: torch.Tensor, rank: int, local: int) -> dict:
         kept_to[s] = torch.bincount(r.experts[keep] // local, minlength=P)
     dispatch = (int(kept_to[rank].sum()) - int(kept_to[rank, rank])) * row  # = (N k - dropped - local) C b
     combine = (int(kept_to[:, rank].sum()) - int(kept_to[rank, rank])) * row  # what others sent me, back
-    return {"dispatch": dispatch, "combine": combine, "dispatch_grad": combine, "combine_grad": dispatch,
-            "uniform_estimate": N * dense.cfg.top_k * row * (P - 1) / P}
+    return {
+        "dispatch": dispatch,
+        "combine": combine,
+        "dispatch_grad": combine,
+        "combine_grad": dispatch,
+        "uniform_estimate": N * dense.cfg.top_k * row * (P - 1) / P,
+    }
 
 
-def node_limited_check(nodes: int = 2, topk_groups: int = 1, tokens: int = 256, dim: int = 16,
-                       n_experts: int = 16, top_k: int = 4, seed: int = 0) -> dict:
+def node_limited_check(
+    nodes: int = 2,
+    topk_groups: int = 1,
+    tokens: int = 256,
+    dim: int = 16,
+    n_experts: int = 16,
+    top_k: int = 4,
+    seed: int = 0,
+) -> dict:
     """Bytes leaving this rank's "node" with and without DeepSeek-V3's node limit, same router weights.
 
     The P ranks form ``nodes`` nodes of P/nodes consecutive ranks; expert
@@ -269,15 +308,25 @@ def node_limited_check(nodes: int = 2, topk_groups: int = 1, tokens: int = 256, 
         mine = rank // per_node
         off_node = sum(n for d, n in enumerate(ep.last_send_splits) if d // per_node != mine) * row
         r = dense.router(x)
-        result[name] = {"a2a_off_node": off_node,
-                        "once_per_node": node_traffic_bytes(r.experts, mine, n_experts // nodes, row),
-                        "nodes_per_token": float((r.experts // (n_experts // nodes)).sort(1).values.diff(1)
-                                                 .ne(0).sum(1).add(1).float().mean())}
+        result[name] = {
+            "a2a_off_node": off_node,
+            "once_per_node": node_traffic_bytes(r.experts, mine, n_experts // nodes, row),
+            "nodes_per_token": float(
+                (r.experts // (n_experts // nodes)).sort(1).values.diff(1).ne(0).sum(1).add(1).float().mean()
+            ),
+        }
     return result
 
 
-def overlap_timing(tokens: int = 4096, dim: int = 256, hidden: int = 256, n_micro: int = 4,
-                   local_experts: int = 2, repeats: int = 5, seed: int = 0) -> dict:
+def overlap_timing(
+    tokens: int = 4096,
+    dim: int = 256,
+    hidden: int = 256,
+    n_micro: int = 4,
+    local_experts: int = 2,
+    repeats: int = 5,
+    seed: int = 0,
+) -> dict:
     """Seconds per step of one MoE layer's dispatch -> experts -> combine, with and without overlap.
 
     Routing is uniform and fixed (the split sizes are exchanged beforehand), so
@@ -317,30 +366,47 @@ def overlap_timing(tokens: int = 4096, dim: int = 256, hidden: int = 256, n_micr
         for h in pending:
             h.wait()
 
-    fns = {"dispatch_s": lambda: a2a(xs[0]), "compute_s": lambda: compute(xs[0]),
-           "sequential_s": sequential, "overlapped_s": overlapped}
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    fns = {
+        "dispatch_s": lambda: a2a(xs[0]),
+        "compute_s": lambda: compute(xs[0]),
+        "sequential_s": sequential,
+        "overlapped_s": overlapped,
+    }
     with torch.no_grad():
-        for rep in range(repeats + 1):  # round-robin, so a change in the machine's load hits all alike
-            for name, fn in fns.items():
-                dist.barrier()
-                t0 = time.perf_counter()
-                fn()
-                if rep:  # the first round warms up
-                    times[name].append(time.perf_counter() - t0)
-    out = {k: sorted(v)[len(v) // 2] for k, v in times.items()}  # medians
+        out = _round_robin_medians(fns, repeats)
     return {**out, "bytes_per_dispatch": per * (P - 1) * dim * 4, "n_micro": n_micro}
+
+
+def _round_robin_medians(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, timed in turn within each round (the first round warms up)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for rep in range(repeats + 1):  # round-robin, so a change in the machine's load hits all alike
+        for name, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            if rep:
+                times[name].append(time.perf_counter() - t0)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
 # Published figures used by :func:`v3_compute_comm_ratio` (DeepSeek-V3 report, arXiv 2412.19437, §3.2;
 # NVIDIA's H100/H800 SXM datasheet for the dense BF16 peak).
-V3_FIGURES = dict(hidden=7168, expert_ffn=2048, experts_per_node=3.2, bf16_flops=989e12,
-                  ib_bytes_per_s=50e9, nvlink_bytes_per_s=160e9)
+V3_FIGURES = dict(
+    hidden=7168, expert_ffn=2048, experts_per_node=3.2, bf16_flops=989e12, ib_bytes_per_s=50e9, nvlink_bytes_per_s=160e9
+)
 
 
-def v3_compute_comm_ratio(hidden: int = 7168, expert_ffn: int = 2048, experts_per_node: float = 3.2,
-                          flops: float = 989e12, ib_bytes_per_s: float = 50e9, dispatch_bytes: int = 1,
-                          combine_bytes: int = 2, grad_bytes: int = 2) -> dict:
+def v3_compute_comm_ratio(
+    hidden: int = 7168,
+    expert_ffn: int = 2048,
+    experts_per_node: float = 3.2,
+    flops: float = 989e12,
+    ib_bytes_per_s: float = 50e9,
+    dispatch_bytes: int = 1,
+    combine_bytes: int = 2,
+    grad_bytes: int = 2,
+) -> dict:
     """Compute time vs InfiniBand time for one token arriving at one node, computed from published figures.
 
     Per (token, destination node): the node's GPUs run ``experts_per_node``

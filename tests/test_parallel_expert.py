@@ -6,6 +6,7 @@ import torch.distributed as dist
 from gputrain.parallel import LaunchError, launch
 from gputrain.parallel.expert import (
     V3_FIGURES,
+    bias_sync_check,
     check_expert_split,
     expert_parallel_check,
     expert_parallel_group,
@@ -98,3 +99,23 @@ def test_group_size_that_does_not_divide_the_world_is_refused():
 def test_experts_not_divisible_by_ranks_is_refused():
     with pytest.raises(LaunchError, match="6 experts do not split evenly over 4 expert-parallel ranks"):
         launch(expert_parallel_check, 4, "float32", 8, 8, 6, 2, show=False)
+
+
+@pytest.mark.multiprocess
+def test_bias_update_sums_the_loads_over_ranks():
+    import torch
+
+    from gputrain.moe import MoE, MoEConfig
+
+    results = launch(bias_sync_check, 2, show=False)
+    assert results[0] == results[1]  # one bias for all replicas
+    # one process, both ranks' loads summed: the same update
+    torch.manual_seed(0)
+    layer = MoE(MoEConfig(dim=16, n_experts=8, top_k=2, balance="bias", bias_gamma=0.1))
+    with torch.no_grad():
+        for rank in range(2):
+            layer(torch.randn(64, 16, generator=torch.Generator().manual_seed(1 + rank)))
+    layer.update_bias()
+    assert layer.router.e_bias.tolist() == results[0]
+    single = launch(bias_sync_check, 1, show=False)[0]
+    assert single != results[0]  # rank 0's own loads alone would have moved it differently

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -273,9 +274,19 @@ class MoE(nn.Module):
         self.load_since_update.zero_()
 
 
-def update_router_biases(model: nn.Module) -> int:
-    """Call after every optimizer step: update each MoE layer's balancing bias; returns layers updated."""
+def update_router_biases(model: nn.Module, group=None) -> int:
+    """Call after every optimizer step: update each MoE layer's balancing bias; returns layers updated.
+
+    Under ``torch.distributed`` the loads are first summed over ``group`` (the
+    default group when None), so every rank judges the global batch and all
+    replicas of a router keep the same bias.
+    """
     layers = [m for m in model.modules() if isinstance(m, MoE)]
+    if layers and torch.distributed.is_available() and torch.distributed.is_initialized():
+        loads = torch.stack([m.load_since_update for m in layers])  # (layers, E)
+        torch.distributed.all_reduce(loads, group=group)
+        for m, load in zip(layers, loads):
+            m.load_since_update.copy_(load)
     for m in layers:
         m.update_bias()
     return len(layers)

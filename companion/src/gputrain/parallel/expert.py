@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..moe import Expert, MoE, MoEConfig, apply_capacity, run_experts
+from ..moe import Expert, MoE, MoEConfig, apply_capacity, run_experts, update_router_biases
 
 
 @dataclass
@@ -388,6 +388,17 @@ def _round_robin_medians(fns: dict, repeats: int) -> dict[str, float]:
             if rep:
                 times[name].append(time.perf_counter() - t0)
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def bias_sync_check(tokens: int = 64, seed: int = 0) -> list[float]:
+    """One aux-loss-free bias update on a rank-local batch; returns the bias (must match on every rank)."""
+    torch.manual_seed(seed)
+    layer = MoE(MoEConfig(dim=16, n_experts=8, top_k=2, balance="bias", bias_gamma=0.1))
+    x = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(seed + 1 + dist.get_rank()))
+    with torch.no_grad():
+        layer(x)  # (N, C): loads from this rank's tokens only
+    update_router_biases(layer)
+    return layer.router.e_bias.tolist()
 
 
 # Published figures used by :func:`v3_compute_comm_ratio` (DeepSeek-V3 report, arXiv 2412.19437, §3.2;

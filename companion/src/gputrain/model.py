@@ -14,6 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import moe
+
 
 @dataclass(kw_only=True)
 class GPTConfig:
@@ -24,6 +26,21 @@ class GPTConfig:
     n_embd: int = 128  # width C of the residual stream
     dropout: float = 0.0  # dropout probability in attention and MLP outputs
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2 has them)
+    # mixture of experts (chapter 9); n_experts=0 keeps every block dense
+    n_experts: int = 0  # routed experts per MoE block
+    n_shared_experts: int = 1  # always-on shared experts per MoE block
+    top_k: int = 2  # routed experts each token uses
+    expert_hidden: int = 0  # hidden width of one expert; 0: 4C // (top_k + n_shared_experts), dense-sized
+    router: str = "sigmoid"  # "sigmoid" (DeepSeek-V3) or "softmax" (Switch/GShard)
+    routed_scaling: float = 1.0  # sigmoid router: gate multiplier after normalization
+    capacity_factor: float | None = None  # None: dropless; else each expert takes ceil(cf*N*k/E)
+    balance: str = "bias"  # "none", "aux" (auxiliary loss) or "bias" (aux-loss-free)
+    aux_loss_weight: float = 0.01  # alpha of the auxiliary balance loss
+    bias_gamma: float = 1e-3  # step of the aux-loss-free bias (moe.update_router_biases)
+    moe_first_dense: int = 0  # the first blocks stay dense (DeepSeek-V3: 3)
+    moe_every: int = 1  # after those, every moe_every-th block is MoE
+    n_expert_groups: int = 1  # node-limited routing: expert groups ("nodes")
+    topk_expert_groups: int = 1  # groups a token may use
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -36,6 +53,25 @@ class GPTConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.n_experts < 0 or self.moe_every < 1 or self.moe_first_dense < 0:
+            raise ValueError("GPTConfig needs n_experts >= 0 (0: dense), moe_every >= 1, moe_first_dense >= 0; "
+                             f"got {self.n_experts}, {self.moe_every}, {self.moe_first_dense}")
+        if self.n_experts:
+            self.moe_config()  # validates top_k, router, balance, capacity_factor, groups
+
+    def moe_config(self) -> "moe.MoEConfig":
+        """The :class:`gputrain.moe.MoEConfig` of this model's MoE blocks."""
+        hidden = self.expert_hidden or 4 * self.n_embd // (self.top_k + self.n_shared_experts)
+        return moe.MoEConfig(dim=self.n_embd, n_experts=self.n_experts, top_k=self.top_k, expert_hidden=hidden,
+                             n_shared=self.n_shared_experts, router=self.router, routed_scaling=self.routed_scaling,
+                             capacity_factor=self.capacity_factor, balance=self.balance,
+                             aux_loss_weight=self.aux_loss_weight, bias_gamma=self.bias_gamma,
+                             n_groups=self.n_expert_groups, topk_groups=self.topk_expert_groups, bias=self.bias)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) has a mixture of experts instead of a dense MLP."""
+        return (self.n_experts > 0 and layer >= self.moe_first_dense
+                and (layer - self.moe_first_dense) % self.moe_every == 0)
 
 
 class CausalSelfAttention(nn.Module):
@@ -125,14 +161,17 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        # position-wise feed-forward: C -> 4C -> GELU -> C
-        self.mlp = MLP(cfg.n_embd, cfg.n_embd, hidden=4 * cfg.n_embd, depth=2,
-                       activation="gelu", bias=cfg.bias, dropout=cfg.dropout)
+        # position-wise feed-forward: C -> 4C -> GELU -> C, or a mixture of experts (chapter 9)
+        if cfg.is_moe_layer(layer):
+            self.mlp = moe.MoE(cfg.moe_config())
+        else:
+            self.mlp = MLP(cfg.n_embd, cfg.n_embd, hidden=4 * cfg.n_embd, depth=2,
+                           activation="gelu", bias=cfg.bias, dropout=cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))  # (B, T, C): the residual stream
@@ -149,7 +188,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying: one matrix reads and writes tokens
@@ -190,6 +229,8 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            if self.cfg.n_experts:
+                loss = loss + moe.aux_loss(self)  # zero unless balance="aux"
         return logits, loss
 
     @torch.no_grad()
@@ -220,16 +261,23 @@ def count_params(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def gpt_num_params(cfg: GPTConfig) -> int:
+def gpt_num_params(cfg: GPTConfig, active: bool = False) -> int:
     """Closed-form parameter count of :class:`GPT` (head tied to the token embedding).
 
     Per block: attention 4C^2 (qkv and proj) and MLP 8C^2 (C -> 4C -> C), so
     12C^2 weights, plus 13C biases and LayerNorm gains/shifts when ``bias``.
+    An MoE block swaps the MLP (8C^2 + 5C) for :func:`gputrain.moe.moe_layer_params`;
+    ``active=True`` counts only the experts one token uses (chapter 9).
     """
     V, T, L, C = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_embd
     per_block = 12 * C * C + (13 * C if cfg.bias else 2 * C)  # weights + biases/LN (2 LN gains only)
     final_ln = 2 * C if cfg.bias else C
-    return V * C + T * C + L * per_block + final_ln
+    n_moe = sum(cfg.is_moe_layer(i) for i in range(L))
+    swap = 0
+    if n_moe:
+        moe_total, moe_active = moe.moe_layer_params(cfg.moe_config())
+        swap = n_moe * ((moe_active if active else moe_total) - (8 * C * C + (5 * C if cfg.bias else 0)))
+    return V * C + T * C + L * per_block + final_ln + swap
 
 
 # --- the perceptron and what one layer cannot do (chapter 2) ----------------

@@ -1,6 +1,6 @@
 """FP8 against BF16 on an FP8 GPU (Hopper, Ada): GEMMs, the Float8Linear layer, GPT steps, Accelerate.
 
-Chapter 9.  Part 1: TFLOP/s of BF16 and FP8 E4M3 GEMMs (``torch._scaled_mm``
+Chapter 10.  Part 1: TFLOP/s of BF16 and FP8 E4M3 GEMMs (``torch._scaled_mm``
 with tensorwise, rowwise and, where this torch/cuBLAS has it, DeepSeek-V3's
 blockwise 1x128/128x128 scales) for square and LLM-shaped products, against
 the datasheet peaks.  Part 2: forward + backward time of

@@ -1,4 +1,4 @@
-"""FP8 training the way DeepSeek-V3 does it, built piece by piece and measured (chapter 9).
+"""FP8 training the way DeepSeek-V3 does it, built piece by piece and measured (chapter 10).
 
 * Format facts for E4M3 and E5M2, read off all 256 bit patterns of the real
   ``torch.float8_*`` dtypes (:func:`representable`, :func:`format_facts`,
@@ -156,7 +156,7 @@ def _group_amax(g: torch.Tensor, granularity: str) -> torch.Tensor:
 
 def quantize(x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *, block: int = TILE,
              pow2_scale: bool = False) -> Quantized:
-    """Scale each group of ``x`` so its max-abs lands on the format's max, then round to FP8 (chapter 9).
+    """Scale each group of ``x`` so its max-abs lands on the format's max, then round to FP8 (chapter 10).
 
     Scales are computed online from the current values (no history).  An
     all-zero group gets scale 1 (no 0/0).  ``pow2_scale`` rounds each scale up
@@ -242,7 +242,7 @@ def round_mantissa(x: torch.Tensor, bits: int, mode: str = "truncate") -> torch.
 
 def limited_dot(a: torch.Tensor, b: torch.Tensor, *, mantissa_bits: int = 14, promote_every: Optional[int] = None,
                 mode: str = "truncate", at: Optional[Sequence[int]] = None) -> torch.Tensor:
-    """Row-wise dot products of ``a`` and ``b`` (D, K) summed the way an FP8 tensor core sums them (chapter 9).
+    """Row-wise dot products of ``a`` and ``b`` (D, K) summed the way an FP8 tensor core sums them (chapter 10).
 
     ``a`` and ``b`` are FP8 codes (``quantize(...).data``): the tensor core
     multiplies codes, and scales are applied outside the sum.  Products of
@@ -447,7 +447,7 @@ class _Float8Matmul(torch.autograd.Function):
 
 
 class Float8Linear(nn.Linear):
-    """``nn.Linear`` whose three GEMMs run in FP8 (chapter 9).
+    """``nn.Linear`` whose three GEMMs run in FP8 (chapter 10).
 
     ``granularity``: ``"tensor"`` or ``"row"`` scales through
     ``torch._scaled_mm`` (real FP8 tensor cores on Ada/Hopper; a CPU kernel
@@ -509,7 +509,7 @@ DEFAULT_SKIP = ("head", "*.head", "lm_head", "*.lm_head", "output", "*.output")
 
 def convert_to_float8(model: nn.Module, *, skip: "Iterable[str] | Callable[[str, nn.Module], bool]" = DEFAULT_SKIP,
                       **kwargs) -> nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` by a :class:`Float8Linear` sharing its weights (chapter 9).
+    """Replace every ``nn.Linear`` of ``model`` by a :class:`Float8Linear` sharing its weights (chapter 10).
 
     ``skip``: qualified-name patterns (``fnmatch``) or a predicate ``(name,
     module) -> bool`` naming layers to keep; by default the output head.  As

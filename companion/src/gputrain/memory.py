@@ -89,7 +89,7 @@ def is_checkpointed(model: nn.Module) -> bool:
 class PrecisionRecipe:
     """How many bytes each kind of training state takes under one precision recipe (chapter 7).
 
-    The FP8 recipes (chapter 9) are two more rows of :data:`RECIPES`; a recipe
+    The FP8 recipes (chapter 10) are two more rows of :data:`RECIPES`; a recipe
     of one's own can be passed to :func:`estimate` as an instance.
     """
 
@@ -126,7 +126,7 @@ RECIPES: dict[str, PrecisionRecipe] = {
         PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
                         note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
         PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
-        # FP8 (chapter 9)
+        # FP8 (chapter 10)
         PrecisionRecipe("fp8-autocast", 4, 4, 0, 4, 2, 4, weight_cast=1,
                         note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')"),
         PrecisionRecipe("fp8-deepseek-v3", 1, 4, 4, 2, 1, 2,

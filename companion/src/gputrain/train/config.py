@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..model import GPTConfig
+from ..moe import BALANCES, ROUTERS
 from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, choice_error
 
 
@@ -36,6 +37,17 @@ class TrainConfig:
     n_head: int = 4  # attention heads per block
     n_embd: int = 64  # width C of the residual stream
     dropout: float = 0.0  # dropout probability in attention and MLP outputs
+    # mixture of experts (chapter 9): n_experts > 0 swaps MLPs for DeepSeekMoE layers
+    n_experts: int = 0  # routed experts per MoE block (0: a dense model)
+    n_shared_experts: int = 1  # always-on shared experts per MoE block
+    top_k: int = 2  # routed experts each token uses
+    expert_hidden: int = 0  # hidden width of one expert (0: 4C // (top_k + shared), dense-sized compute)
+    router: str = "sigmoid"  # sigmoid (DeepSeek-V3) or softmax (Switch/GShard)
+    capacity_factor: float = 0.0  # tokens an expert takes, as a multiple of its fair share (0: dropless)
+    balance: str = "bias"  # none, aux (auxiliary loss) or bias (DeepSeek-V3's aux-loss-free bias)
+    aux_loss_weight: float = 0.01  # alpha of the auxiliary balance loss (balance=aux)
+    bias_gamma: float = 1e-3  # step of the aux-loss-free bias after each optimizer step (balance=bias)
+    moe_first_dense: int = 0  # the first blocks stay dense (DeepSeek-V3: 3)
     # data
     data: str = "stdlib"  # 'stdlib' (Python's own source), text files 'a.txt,dir/*.py', or 'hf:NAME[:SPLIT]'
     corpus_bytes: int = 400_000  # at most this many bytes of text are read
@@ -107,7 +119,8 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
-                     "spike_window", "checkpoint_interval", "seed", "restart_steps"):
+                     "spike_window", "checkpoint_interval", "seed", "restart_steps", "n_experts", "n_shared_experts",
+                     "expert_hidden", "capacity_factor", "aux_loss_weight", "bias_gamma", "moe_first_dense"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.vocab_size < 256:
@@ -130,7 +143,8 @@ class TrainConfig:
             raise ValueError("spike_window must be 0 (off) or >= 2 losses")
 
     def _check_choices(self) -> None:
-        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION)):
+        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION),
+                            ("router", ROUTERS), ("balance", BALANCES)):
             if getattr(self, name) not in table:
                 raise choice_error(name, getattr(self, name), table)
         for name in ("beta1", "beta2"):
@@ -164,8 +178,15 @@ class TrainConfig:
         return self.seq_len or self.block_size
 
     def model_config(self) -> GPTConfig:
+        moe = {}
+        if self.n_experts:  # the GPT validates these (top_k <= n_experts, ...)
+            moe = dict(n_experts=self.n_experts, n_shared_experts=self.n_shared_experts, top_k=self.top_k,
+                       expert_hidden=self.expert_hidden, router=self.router,
+                       capacity_factor=self.capacity_factor or None, balance=self.balance,
+                       aux_loss_weight=self.aux_loss_weight, bias_gamma=self.bias_gamma,
+                       moe_first_dense=self.moe_first_dense)
         return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout)
+                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, **moe)
 
 
 def tiny(**overrides) -> TrainConfig:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .launch import rank_device
+
 
 @dataclass
 class RingStats:
@@ -88,6 +90,7 @@ class RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, zigzag: bool, stats: RingStats):
+        """N ring steps: attend to the block held, pass it right, merge partials by log-sum-exp."""
         n, r = dist.get_world_size(), dist.get_rank()
         scale = 1 / math.sqrt(q.shape[-1])
         mine = chunk_ids(r, n, zigzag)
@@ -120,6 +123,7 @@ class RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        """K, V and their gradient accumulators travel the ring; dQ stays; a last hop brings dK, dV home."""
         q, k, v, out, lse = ctx.saved_tensors
         n, r = dist.get_world_size(), dist.get_rank()
         mine, scale = chunk_ids(r, n, ctx.zigzag), ctx.scale
@@ -179,7 +183,8 @@ def ring_check(batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8,
 
     n, r = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(seed)
-    q, k, v, g = (torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=torch.float64) for _ in range(4))
+    q, k, v, g = (torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=torch.float64).to(rank_device())
+                  for _ in range(4))
     full = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*full, is_causal=True)  # (B, H, T, D): one device, whole sequence
     (g * ref).sum().backward()

@@ -141,7 +141,7 @@ def run_orders(name: str, orders: list[list[tuple[str, int, int]]], m: int, dura
             kind, i, k, *paired = orders[d][nxt[d]]
             deps = _deps(kind, i, k, n_stages)
             if paired and paired[0]:  # an overlapped F&B pair starts when both halves' inputs exist
-                deps += [dep for dep in _deps(*orders[d][nxt[d] + 1][:3], n_stages) if dep[0] != "F" or dep[1:] != (k, i)]
+                deps += _deps(*orders[d][nxt[d] + 1][:3], n_stages)  # a backward of another micro-batch
             if not all(dep in done for dep in deps):
                 continue
             start = max([clock[d]] + [done[dep] for dep in deps])

@@ -191,7 +191,7 @@ def evaluate(model: GPTConfig, cluster: Cluster, tp: int, pp: int, global_batch:
 def plan(model: GPTConfig, cluster: Cluster, global_batch: int, micro_batch: int = 1,
          zero_stage: int = 1, *, context: bool = False, sequence_parallel: bool = True,
          flash_attention: bool = False) -> list[Layout]:
-    """Every valid layout (with and without recomputation; CP degrees too if ``context``), fitting first, fastest first."""
+    """Every valid layout (with and without recomputation, CP degrees too if ``context``); fitting, then fastest, first."""
     layouts, reason = [], None
     divisors = lambda n: (d for d in range(1, n + 1) if n % d == 0)  # noqa: E731
     for tp in divisors(cluster.gpus):

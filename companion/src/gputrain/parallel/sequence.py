@@ -130,6 +130,20 @@ class _ScatterSeq(torch.autograd.Function):
         return _all_gather(grad, ctx.log), None
 
 
+def causal_attention(qkv: torch.Tensor, head_dim: int, dropout: float, training: bool) -> torch.Tensor:
+    """Causal attention of however many heads ``qkv`` (S, B, heads*3*d) holds; returns (S, B, heads*d).
+
+    Unfused on purpose: the score matrix is formed, soft-maxed and dropped out
+    in the open, so autograd saves what Korthikanti et al. count.
+    """
+    s, b, d = qkv.shape[0], qkv.shape[1], head_dim
+    q, k, v = qkv.view(s, b, -1, 3, d).permute(3, 1, 2, 0, 4)  # 3 x (B, heads, S, d)
+    scores = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(d))  # (B, heads, S, S)
+    mask = torch.ones(s, s, dtype=torch.bool, device=qkv.device).triu_(1)  # future positions
+    att = F.dropout(scores.masked_fill(mask, float("-inf")).softmax(-1), dropout, training)
+    return (att @ v).permute(2, 0, 1, 3).reshape(s, b, -1)  # (S, B, heads*d)
+
+
 class DenseBlock(nn.Module):
     """A pre-LayerNorm GPT block on one device, sequence-first, with explicit (unfused) attention.
 
@@ -148,17 +162,9 @@ class DenseBlock(nn.Module):
         self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
         self.fc, self.fc2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
 
-    def attention(self, qkv: torch.Tensor) -> torch.Tensor:
-        """Causal attention of however many heads ``qkv`` (S, B, heads*3*d) holds; returns (S, B, heads*d)."""
-        s, b, d = qkv.shape[0], qkv.shape[1], self.h // self.a
-        q, k, v = qkv.view(s, b, -1, 3, d).permute(3, 1, 2, 0, 4)  # 3 x (B, heads, S, d)
-        scores = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(d))  # (B, heads, S, S)
-        mask = torch.ones(s, s, dtype=torch.bool, device=qkv.device).triu_(1)  # future positions
-        att = F.dropout(scores.masked_fill(mask, float("-inf")).softmax(-1), self.p, self.training)
-        return (att @ v).permute(2, 0, 1, 3).reshape(s, b, -1)  # (S, B, heads*d)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (S, B, H)
-        x = x + F.dropout(self.proj(self.attention(self.qkv(self.ln1(x)))), self.p, self.training)
+        attn = causal_attention(self.qkv(self.ln1(x)), self.h // self.a, self.p, self.training)
+        x = x + F.dropout(self.proj(attn), self.p, self.training)
         return x + F.dropout(self.fc2(F.gelu(self.fc(self.ln2(x)))), self.p, self.training)
 
 
@@ -191,7 +197,6 @@ class ParallelBlock(nn.Module):
             lo, hi = shard_range(lin.in_features, t, r, f"{name} input features")
             self.register_parameter(f"{name}_w", nn.Parameter(lin.weight.detach()[:, lo:hi].clone()))
             self.register_parameter(f"{name}_b", nn.Parameter(lin.bias.detach().clone()))
-        self._attention = DenseBlock.attention.__get__(self)  # same code, on a/t heads
 
     def _column(self, x: torch.Tensor, name: str) -> torch.Tensor:
         w, b = getattr(self, f"{name}_w"), getattr(self, f"{name}_b")
@@ -205,7 +210,8 @@ class ParallelBlock(nn.Module):
         return out + getattr(self, f"{name}_b")  # bias once, after the sum
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (S, B, H), or (S/t, B, H) with sequence=True
-        attn = self._row(self._attention(self._column(self.ln1(x), "qkv")), "proj")
+        heads = causal_attention(self._column(self.ln1(x), "qkv"), self.h // self.a, self.p, self.training)
+        attn = self._row(heads, "proj")  # (S, B, H) or (S/t, B, H): the a/t heads' share, summed
         x = x + F.dropout(attn, self.p, self.training)
         mlp = self._row(F.gelu(self._column(self.ln2(x), "fc")), "fc2")
         return x + F.dropout(mlp, self.p, self.training)
@@ -302,7 +308,7 @@ def saved_activation_bytes(s: int, b: int, h: int, a: int, sequence: bool = Fals
     """
     torch.manual_seed(seed)
     dense = DenseBlock(h, a, dropout).to(dtype).to(rank_device())
-    t, r = dist.get_world_size(), dist.get_rank()
+    t = dist.get_world_size()
     block = ParallelBlock(dense, sequence) if t > 1 else dense
     rows = s // t if sequence else s
     x = torch.randn(rows, b, h, dtype=dtype, device=rank_device(), requires_grad=True)  # (S or S/t, B, H)

@@ -53,3 +53,35 @@ def test_recomputation_trades_memory_for_compute():
     recompute = planner.evaluate(GPT3, CLUSTER, tp=8, pp=8, global_batch=1536, recompute=True)
     assert recompute.memory["activations"] < plain.memory["activations"] / 10
     assert recompute.seconds["compute"] == pytest.approx(plain.seconds["compute"] * 4 / 3, rel=0.02)
+
+
+def test_sequence_parallelism_is_an_explicit_switch():
+    sp = planner.evaluate(GPT3, CLUSTER, tp=8, pp=8, global_batch=1536)
+    no_sp = planner.evaluate(GPT3, CLUSTER, tp=8, pp=8, global_batch=1536, sequence_parallel=False)
+    s, b, h, a = 2048, 1, 12288, 96
+    attention = 5 * a * s / (h * 8)
+    per_layer = {True: s * b * h * (34 / 8 + attention), False: s * b * h * (10 + 24 / 8 + attention)}
+    for lay, flag in ((sp, True), (no_sp, False)):  # 12 layers on the first stage, 8 micro-batches in flight
+        assert lay.memory["activations"] == pytest.approx(per_layer[flag] * 12 * 8)
+    assert no_sp.label().endswith("(no SP)") and sp.seconds == no_sp.seconds
+
+
+def long_context_model():
+    from gputrain.model import GPTConfig
+
+    return GPTConfig(vocab_size=128256, block_size=131072, n_layer=80, n_head=64, n_embd=8192)  # 70B, 128k
+
+
+def test_context_parallelism_splits_the_sequence_and_makes_a_long_context_fit_inside_nodes():
+    model, cluster = long_context_model(), planner.h100_cluster(256)
+    one = planner.evaluate(model, cluster, tp=8, pp=2, global_batch=16, flash_attention=True)
+    two = planner.evaluate(model, cluster, tp=8, pp=1, global_batch=16, cp=2, flash_attention=True)
+    four = planner.evaluate(model, cluster, tp=8, pp=1, global_batch=16, cp=4, flash_attention=True)
+    assert four.memory["activations"] == pytest.approx(two.memory["activations"] / 2)
+    assert two.seconds["CP comm"] > 0 and two.links["CP"] == "network" and "CP" not in one.links
+    without = planner.best(planner.plan(model, cluster, global_batch=16, flash_attention=True))
+    best = planner.best(planner.plan(model, cluster, global_batch=16, context=True, flash_attention=True))
+    assert best.cp > 1 and best.tp <= cluster.gpus_per_node and best.step_seconds < 0.7 * without.step_seconds
+    assert without.cp == 1 and (without.tp > cluster.gpus_per_node or without.seconds["bubble"] > 0)
+    with pytest.raises(ValueError, match="not divisible by 2 x CP degree = 6"):
+        planner.evaluate(model, cluster, tp=8, pp=1, global_batch=16, cp=3)

@@ -36,12 +36,17 @@ from .launch import rank_device
 
 @dataclass(frozen=True)
 class Op:
-    """One unit of work on one stage: the forward ("F") or backward ("B") of a micro-batch."""
+    """One unit of work on one stage: forward ("F"), backward ("B") or weight gradient ("W") of a micro-batch.
 
-    kind: str  # "F" or "B"
+    Without "W" ops, "B" is the whole backward; with them (zero-bubble
+    schedules) "B" computes only the gradient of the stage's input.
+    """
+
+    kind: str  # "F", "B" or "W"
     micro: int  # micro-batch index
     start: int  # time step it begins
     end: int  # time step it ends (exclusive)
+    stage: int = 0  # model stage (along the micro-batch's route) this op belongs to
 
 
 @dataclass
@@ -51,7 +56,8 @@ class Timeline:
     name: str
     p: int  # stages
     m: int  # micro-batches
-    stages: list[list[Op]]  # stages[s] = operations of stage s, in time order
+    stages: list[list[Op]]  # stages[s] = operations of stage (device) s, in time order
+    v: int = 1  # model chunks per device: a chunk's activations are 1/v of a plain stage's
 
     @property
     def makespan(self) -> int:
@@ -71,11 +77,17 @@ class Timeline:
         if t is None:
             return [self.in_flight(stage, k + 1) for k in range(self.makespan)]
         ops = self.stages[stage]
-        return sum(op.end <= t for op in ops if op.kind == "F") - sum(op.end <= t for op in ops if op.kind == "B")
+        free = "W" if any(op.kind == "W" for op in ops) else "B"  # W still needs the saved inputs
+        held = sum(op.end <= t for op in ops if op.kind == "F") - sum(op.end <= t for op in ops if op.kind == free)
+        return held if self.v == 1 else Fraction(held, self.v)
 
     def peak_in_flight(self) -> list[int]:
         """The most micro-batches each stage ever holds at once."""
         return [max(self.in_flight(s)) for s in range(self.p)]
+
+    def bubble_time(self, stage: int = 0) -> int:
+        """Idle time of one device between the first op and the makespan: makespan - its work."""
+        return self.makespan - sum(op.end - op.start for op in self.stages[stage])
 
     def busy(self, stage: int, t: int) -> Optional[Op]:
         """The operation ``stage`` runs during time step ``t`` (None if idle)."""
@@ -94,33 +106,53 @@ def _check(p: int, m: int) -> None:
 
 
 def _simulate(name: str, orders: list[list[tuple[str, int]]], m: int, forward: int, backward: int) -> Timeline:
-    """Run each stage's ordered ("F"/"B", micro) list as early as dependencies allow."""
+    """Run each stage's ordered ("F"/"B", micro) list as early as dependencies allow (stage = device)."""
+    routed = [[(kind, i, s) for kind, i in order] for s, order in enumerate(orders)]
+    return run_orders(name, routed, m, {"F": forward, "B": backward}, len(orders))
+
+
+def _deps(kind: str, i: int, k: int, n_stages: int) -> list[tuple[str, int, int]]:
+    """What op (kind, stage k, micro i) waits for: F the previous stage's F; B its F and the next B; W its B."""
+    return {"F": [("F", k - 1, i)] if k > 0 else [],
+            "B": [("F", k, i)] + ([("B", k + 1, i)] if k < n_stages - 1 else []),
+            "W": [("B", k, i)]}[kind]
+
+
+def run_orders(name: str, orders: list[list[tuple[str, int, int]]], m: int, durations: dict[str, int],
+               n_stages: int, v: int = 1) -> Timeline:
+    """List-schedule each device's ordered ``(kind, micro, stage[, paired])`` ops as early as dependencies allow.
+
+    ``stage`` is the op's position along its micro-batch's route through the
+    ``n_stages`` model stages (which device runs it is the caller's business:
+    interleaving and DualPipe put several stages on one device).  F needs the
+    previous stage's F; B needs its own F and the next stage's B; W its own B.
+    An F marked ``paired`` runs as one overlapped chunk with the op after it
+    (DualPipe's F&B): it waits for that op's inputs too.
+    """
     p = len(orders)
     done: dict[tuple[str, int, int], int] = {}  # (kind, stage, micro) -> end time
-    clock = [0] * p  # when each stage is free again
-    nxt = [0] * p  # index of each stage's next operation
+    clock, nxt = [0] * p, [0] * p  # when each device is free again; index of its next op
     stages: list[list[Op]] = [[] for _ in range(p)]
-    while any(nxt[s] < len(orders[s]) for s in range(p)):
+    while any(nxt[d] < len(orders[d]) for d in range(p)):
         progressed = False
-        for s in range(p):
-            if nxt[s] == len(orders[s]):
+        for d in range(p):
+            if nxt[d] == len(orders[d]):
                 continue
-            kind, i = orders[s][nxt[s]]
-            if kind == "F":  # needs the previous stage's output of micro-batch i
-                deps = [("F", s - 1, i)] if s > 0 else []
-            else:  # needs its own forward and the next stage's gradient
-                deps = [("F", s, i)] + ([("B", s + 1, i)] if s < p - 1 else [])
-            if not all(d in done for d in deps):
+            kind, i, k, *paired = orders[d][nxt[d]]
+            deps = _deps(kind, i, k, n_stages)
+            if paired and paired[0]:  # an overlapped F&B pair starts when both halves' inputs exist
+                deps += _deps(*orders[d][nxt[d] + 1][:3], n_stages)  # a backward of another micro-batch
+            if not all(dep in done for dep in deps):
                 continue
-            start = max([clock[s]] + [done[d] for d in deps])
-            end = start + (forward if kind == "F" else backward)
-            stages[s].append(Op(kind, i, start, end))
-            done[(kind, s, i)], clock[s] = end, end
-            nxt[s] += 1
+            start = max([clock[d]] + [done[dep] for dep in deps])
+            end = start + durations[kind]
+            stages[d].append(Op(kind, i, start, end, k))
+            done[(kind, k, i)], clock[d] = end, end
+            nxt[d] += 1
             progressed = True
         if not progressed:
             raise RuntimeError(f"schedule {name} deadlocks")  # an order that waits on itself
-    return Timeline(name, p, m, stages)
+    return Timeline(name, p, m, stages, v)
 
 
 def schedule_gpipe(p: int, m: int, forward: int = 1, backward: int = 1) -> Timeline:
@@ -145,20 +177,20 @@ def schedule_1f1b(p: int, m: int, forward: int = 1, backward: int = 1) -> Timeli
 
 
 def draw_timeline(ax, timeline: Timeline, upto: Optional[float] = None, label: bool = True) -> None:
-    """Draw ``timeline`` on a matplotlib axis: one row per stage, forwards blue, backwards orange.
+    """Draw ``timeline`` on a matplotlib axis: one row per stage, forwards blue, backwards orange, W green.
 
     ``upto`` draws only what has started before that time (for animations).
     """
     import matplotlib.pyplot as plt
 
-    fwd, bwd = plt.get_cmap("Blues"), plt.get_cmap("Oranges")
+    cmaps = {"F": plt.get_cmap("Blues"), "B": plt.get_cmap("Oranges"), "W": plt.get_cmap("Greens")}
     for s, ops in enumerate(timeline.stages):
         for op in ops:
             if upto is not None and op.start >= upto:
                 continue
             end = op.end if upto is None else min(op.end, upto)
             shade = 0.35 + 0.5 * op.micro / max(1, timeline.m - 1)
-            color = fwd(shade) if op.kind == "F" else bwd(shade)
+            color = cmaps[op.kind](shade)
             ax.add_patch(plt.Rectangle((op.start, s - 0.4), end - op.start, 0.8, color=color, ec="white"))
             if label and end - op.start >= 0.6:
                 ax.text((op.start + end) / 2, s, f"{op.micro}", ha="center", va="center", fontsize=7,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from .launch import rank_device
 
@@ -179,8 +180,6 @@ def ring_check(batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8,
     Float64.  Compares the output and the gradients of q, k and v (this
     rank's positions) for the loss sum(g * out) with a fixed random g.
     """
-    import torch.nn.functional as F
-
     n, r = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(seed)
     q, k, v, g = (torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=torch.float64).to(rank_device())

@@ -16,12 +16,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..model import GPT, GPTConfig
 from .launch import rank_device
 
 
 def _tiny_gpt(seed: int, n_layer: int = 2, n_embd: int = 32, block_size: int = 16) -> nn.Module:
-    from ..model import GPT, GPTConfig
-
     torch.manual_seed(seed)
     return GPT(GPTConfig(vocab_size=64, block_size=block_size, n_layer=n_layer, n_head=4, n_embd=n_embd))
 

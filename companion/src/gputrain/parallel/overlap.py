@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -230,8 +231,6 @@ def overlap_trace(width: int, depth: int, batch: int, bucket_bytes: float, steps
 
 def draw_overlap(ax, trace: dict, title: str = "") -> None:
     """Draw one rank's :func:`overlap_trace`: backward of each layer on one row, all-reduces on another."""
-    import matplotlib.pyplot as plt
-
     ms = 1e3
     cmap = plt.get_cmap("tab10")
     for i, (s, e) in trace["layers"].items():

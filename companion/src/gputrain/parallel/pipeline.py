@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..model import Block, GPTConfig
 from .launch import rank_device
 
 
@@ -181,8 +183,6 @@ def draw_timeline(ax, timeline: Timeline, upto: Optional[float] = None, label: b
 
     ``upto`` draws only what has started before that time (for animations).
     """
-    import matplotlib.pyplot as plt
-
     cmaps = {"F": plt.get_cmap("Blues"), "B": plt.get_cmap("Oranges"), "W": plt.get_cmap("Greens")}
     for s, ops in enumerate(timeline.stages):
         for op in ops:
@@ -224,8 +224,6 @@ def split_layers(n_layers: int, stages: int) -> list[range]:
 
 def _stack(n_layers: int, n_embd: int, seed: int) -> nn.Sequential:
     """The model both runs share: ``n_layers`` GPT blocks on a (B, T, C) residual stream."""
-    from ..model import Block, GPTConfig
-
     torch.manual_seed(seed)
     cfg = GPTConfig(n_embd=n_embd, n_head=4, block_size=64)
     return nn.Sequential(*[Block(cfg) for _ in range(n_layers)])

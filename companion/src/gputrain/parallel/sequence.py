@@ -337,8 +337,7 @@ def torch_tp_check(s: int = 8, b: int = 2, h: int = 16, a: int = 4, sequence: bo
     """The same block split by ``torch.distributed.tensor.parallel`` (Colwise/Rowwise[/SequenceParallel]) vs ours."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
     t, r, dev = dist.get_world_size(), dist.get_rank(), rank_device()
     torch.manual_seed(seed)

@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..model import Block, GPTConfig
 from .launch import rank_device
 from .ring import Traffic
 
@@ -189,8 +190,6 @@ def tensor_parallel_check(n_embd: int = 32, batch: int = 4, seq: int = 8, seed: 
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    from ..model import Block, GPTConfig
 
     def dense_mlp() -> nn.Module:  # a GPT block's feed-forward: C -> 4C -> GELU -> C
         return Block(GPTConfig(n_embd=n_embd, n_head=1)).mlp.to(dev)

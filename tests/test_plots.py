@@ -56,3 +56,23 @@ def test_figure_to_img_keeps_its_signature_and_embeds_a_png():
     assert tag.startswith('<img src="data:image/png;base64,')
     data = base64.b64decode(tag.split(",", 1)[1].split('"', 1)[0])
     assert Image.open(io.BytesIO(data)).mode == "P"
+
+
+def test_jpeg_bytes_is_a_jpeg_and_refuses_a_silly_quality():
+    fig = _line_figure()
+    data = plots.jpeg_bytes(fig, dpi=50)
+    assert Image.open(io.BytesIO(data)).format == "JPEG"
+    with pytest.raises(ValueError, match="between 1 and 95"):
+        plots.jpeg_bytes(fig, quality=100)
+    plt.close(fig)
+
+
+def test_a_photo_sized_image_is_recognised_and_a_plot_is_not():
+    import numpy as np
+
+    photo, ax = plt.subplots()
+    ax.imshow(np.random.default_rng(0).random((300, 400, 3)))
+    digit, ax2 = plt.subplots()
+    ax2.imshow(np.zeros((8, 8)))
+    assert plots._is_photo(photo) and not plots._is_photo(digit) and not plots._is_photo(_line_figure())
+    plt.close("all")

@@ -10,7 +10,7 @@ live notebooks only (a static page shows them, but nothing recomputes).
 Every picture these helpers embed is a palette PNG (at most 256 colours,
 :func:`png_bytes`): line plots lose nothing visible and shrink several-fold,
 which keeps a chapter's page light.  :func:`compact_inline` does the same for
-the figures a notebook shows inline.
+the figures a notebook shows inline, and stores photographs as JPEG.
 """
 
 from __future__ import annotations
@@ -163,11 +163,35 @@ def loss_curves(ax, losses: Sequence[float], val_losses: Sequence[tuple[int, flo
     ax.legend()
 
 
-def compact_inline(dpi: float | None = None, colors: int | None = 256) -> None:
-    """Show this notebook's inline matplotlib figures as palette PNGs (see :func:`png_bytes`).
+def _is_photo(fig) -> bool:
+    """Whether ``fig`` shows a photograph-sized image (PNG palettes suit plots, not photos)."""
+    return any(im.get_array() is not None and im.get_array().size >= PHOTO_PIXELS
+               for ax in fig.axes for im in ax.images)
+
+
+PHOTO_PIXELS = 50_000  # an image with at least this many values is stored as JPEG by compact_inline
+
+
+def jpeg_bytes(fig, dpi: float | None = None, quality: int = 80, **savefig_kwargs) -> bytes:
+    """``fig`` as JPEG bytes: far smaller than PNG for photographs, lossy for lines and text."""
+    if not 1 <= quality <= 95:
+        raise ValueError(f"quality must be between 1 and 95 (Pillow's useful range), got {quality}")
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi if dpi is not None else fig.dpi, **savefig_kwargs)
+    out = io.BytesIO()
+    Image.open(io.BytesIO(buf.getvalue())).convert("RGB").save(out, format="JPEG", quality=quality, optimize=True)
+    return out.getvalue()
+
+
+def compact_inline(dpi: float | None = None, colors: int | None = 256, photo_quality: int | None = 80) -> None:
+    """Show this notebook's inline matplotlib figures compactly: plots as palette PNGs, photos as JPEG.
 
     Call once near the top of a notebook; outside IPython it does nothing.
-    Figures keep their look; the stored notebook and the page get lighter.
+    A figure showing a photograph-sized image (``PHOTO_PIXELS``) becomes a
+    JPEG of ``photo_quality`` (None: a palette PNG like the rest, see
+    :func:`png_bytes`).  Figures keep their look; the notebook and the page get lighter.
     """
     try:
         from IPython import get_ipython
@@ -178,9 +202,18 @@ def compact_inline(dpi: float | None = None, colors: int | None = 256) -> None:
         return
     from matplotlib.figure import Figure
 
+    def photo(fig) -> bool:
+        return photo_quality is not None and _is_photo(fig)
+
     def as_png(fig):
-        if not fig.axes and not fig.images:
-            return None  # an empty figure: nothing to show, as matplotlib's own formatter does
+        if (not fig.axes and not fig.images) or photo(fig):
+            return None  # nothing to show, or shown as JPEG below
         return base64.b64encode(png_bytes(fig, dpi=dpi, colors=colors, bbox_inches="tight")).decode("ascii")
 
+    def as_jpeg(fig):
+        if not photo(fig):
+            return None
+        return base64.b64encode(jpeg_bytes(fig, dpi=dpi, quality=photo_quality, bbox_inches="tight")).decode("ascii")
+
     shell.display_formatter.formatters["image/png"].for_type(Figure, as_png)
+    shell.display_formatter.formatters["image/jpeg"].for_type(Figure, as_jpeg)

@@ -202,6 +202,10 @@ def compact_inline(dpi: float | None = None, colors: int | None = 256, photo_qua
         return
     from matplotlib.figure import Figure
 
+    # pyplot loads its backend at the first figure, and the inline backend then installs its own
+    # formatters over any registered before: make it load now, so that ours are the ones that stay
+    plt.close(plt.figure())
+
     def photo(fig) -> bool:
         return photo_quality is not None and _is_photo(fig)
 

@@ -12,8 +12,9 @@ which builds the site).
 - every chapter listed in ``CHAPTERS_WITH_EXERCISES`` ends with an
   "Exercises" section of 4 to 6 exercises, each followed by a folded worked
   solution and a folded code cell that checks the answer with ``assert``;
-- every figure a cell draws carries a numbered caption, and every
-  interactive figure a caption in the markdown below it.
+- every figure a cell draws carries a numbered caption (MyST-NB's
+  ``mystnb.figure`` cell metadata), the interactive ones (frame players and
+  sliders) included, and the prose refers to each by number.
 """
 
 from __future__ import annotations
@@ -159,10 +160,10 @@ def test_every_figure_has_a_numbered_caption_and_is_referred_to(stem):
             assert caption.count(". ") >= 1 and caption.endswith("."), \
                 f"{stem} cell {i}: the caption says what it shows, then its takeaway, in sentences: {caption!r}"
             names.append(figure["name"])
-        if "<script" in output_text(c) and "Animation" in output_text(c):  # a to_jshtml player
-            below = source(cs[i + 1]) if i + 1 < len(cs) else ""
-            assert below.startswith("**Figure (interactive).** "), \
-                f"{stem} cell {i}: an interactive figure needs '**Figure (interactive).** ...' right below"
+        html = output_text(c)
+        if ("<script" in html and "Animation" in html) or 'class="gt-switcher"' in html:  # a player or a slider
+            assert figure and figure.get("caption", "").startswith("Interactive: "), \
+                f"{stem} cell {i}: an interactive figure needs mystnb.figure metadata, caption 'Interactive: ...'"
     assert len(set(names)) == len(names), f"{stem}: figure names repeat"
     unreferenced = [n for n in names if f"{{numref}}`{n}`" not in prose]
     assert not unreferenced, f"{stem}: figures never referred to by number in the prose: {unreferenced}"

@@ -192,3 +192,18 @@ def test_every_chapter_has_its_figures(browser, site):
         assert all(images), f"{rel}: {images.count(False)} images did not load"
         assert not blocked, f"{rel}: requests left the site: {blocked}"
         assert not errors, f"{rel}: {errors}"
+
+
+MAX_PAGE_BYTES = 1_200_000  # the reader's pass (issue 14): a page a phone can load
+
+
+def test_no_built_page_is_heavier_than_the_limit(site):
+    """Every built HTML page, its embedded figures included, stays under 1.2 MB; captioned
+    figures in the chapters that have had the reader's pass are numbered "Figure N.M"."""
+    heavy = {p.relative_to(site).as_posix(): p.stat().st_size for p in site.rglob("*.html")
+             if p.stat().st_size > MAX_PAGE_BYTES}
+    assert not heavy, f"pages over {MAX_PAGE_BYTES / 1e6:.1f} MB (bytes): {heavy}"
+    for n, stem in enumerate(("01_data", "02_forward", "03_loss", "04_backprop", "05_optimizers"), 1):
+        text = (site / "chapters" / f"{stem}.html").read_text(encoding="utf-8")
+        numbers = re.findall(rf"Figure {n}\.(\d+)", text)
+        assert "1" in numbers, f"chapters/{stem}.html shows no 'Figure {n}.1': figure numbering is off"

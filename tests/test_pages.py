@@ -1,0 +1,174 @@
+"""The reader's pass over the pages: light notebooks, short visible code, no "seed", exercises.
+
+These read the committed notebooks and the MyST pages as files; nothing is
+executed or built (the built-page size limit is in ``tests/test_site.py``,
+which builds the site).
+
+- every notebook in ``chapters/`` and ``book/`` stays under 1.5 MB, outputs included;
+- no code cell that a reader sees unfolded (no ``hide-input``, ``hide-cell`` or
+  ``remove-*`` tag) runs over 30 lines;
+- the words "seed" and "seeds" appear nowhere in the chapters or the book's
+  pages, outputs included: the four source articles are cited by their titles;
+- every chapter listed in ``CHAPTERS_WITH_EXERCISES`` ends with an
+  "Exercises" section of 4 to 6 exercises, each followed by a folded worked
+  solution and a folded code cell that checks the answer with ``assert``;
+- every figure a cell draws carries a numbered caption (MyST-NB's
+  ``mystnb.figure`` cell metadata), and the prose refers to each by number;
+  interactive figures (frame players, sliders) are captioned the same way
+  ("Interactive: ..."), or by a ``**Figure (interactive).**`` paragraph below.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "book").glob("*.ipynb"))
+PAGES = sorted((ROOT / "book").glob("*.md"))  # book/tools/ is not a page
+MAX_NOTEBOOK_BYTES = 1_500_000
+MAX_VISIBLE_LINES = 30
+FOLDED = ("hide-input", "hide-cell")
+# Chapters that have been through the reader's pass; the others join as they get theirs.
+CHAPTERS_WITH_EXERCISES = ["01_data", "02_forward", "03_loss", "04_backprop", "05_optimizers"]
+SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def folded(cell: dict) -> bool:
+    return any(t in FOLDED or t.startswith("remove") for t in tags(cell))
+
+
+def output_text(cell: dict) -> str:
+    """Everything a cell's outputs would show as text (streams, plain text, HTML, errors)."""
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append("".join(out.get("text", "")))
+        for mime, value in out.get("data", {}).items():
+            if mime.startswith("text/"):
+                parts.append("".join(value))
+        parts.extend(out.get("traceback", []))
+    return "\n".join(parts)
+
+
+def images(cell: dict) -> int:
+    return sum(any(m in out.get("data", {}) for m in IMAGE_TYPES) for out in cell.get("outputs", []))
+
+
+def name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
+def test_notebook_is_under_the_size_limit(path):
+    size = path.stat().st_size
+    assert size < MAX_NOTEBOOK_BYTES, (
+        f"{name(path)} is {size / 1e6:.2f} MB (limit {MAX_NOTEBOOK_BYTES / 1e6:.1f} MB): use fewer or smaller "
+        "animation frames, a lower dpi, gputrain.plots.compact_inline() (palette PNGs, JPEG photos)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
+def test_no_visible_code_cell_is_longer_than_thirty_lines(path):
+    long = [(i, len(source(c).splitlines())) for i, c in enumerate(cells(path))
+            if c["cell_type"] == "code" and not folded(c) and len(source(c).splitlines()) > MAX_VISIBLE_LINES]
+    assert not long, (f"{name(path)}: visible code cells over {MAX_VISIBLE_LINES} lines (cell, lines): {long}; "
+                      "split them, or fold bookkeeping with the tag hide-input")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=name)
+def test_the_word_seed_is_gone_from_the_pages(path):
+    if path.suffix == ".ipynb":
+        texts = [(f"cell {i} {where}", text) for i, c in enumerate(cells(path))
+                 for where, text in (("source", source(c)), ("output", output_text(c)))]
+    else:
+        texts = [("", path.read_text(encoding="utf-8"))]
+    found = [f"{where}: ...{text[max(0, m.start() - 30):m.end() + 20]!r}"
+             for where, text in texts for m in SEED.finditer(text)]
+    assert not found, (f"{name(path)}: cite the source articles by their titles, and call a fixed random "
+                       "start what it is, not a 'seed':\n" + "\n".join(found[:20]))
+
+
+def test_the_seed_check_can_fail():
+    """The word match catches the word and its plural in any case, and not words that contain it."""
+    assert SEED.search("after Seed 000") and SEED.search("three seeds.") and SEED.search("seed=0")
+    assert not SEED.search("torch.manual_seed(0)") and not SEED.search("seeded") and not SEED.search("reseed")
+
+
+def exercise_blocks(path: Path) -> tuple[list[dict], list[dict]]:
+    """The cells after the chapter's '## Exercises' heading, and the cells before it."""
+    cs = cells(path)
+    heads = [i for i, c in enumerate(cs) if c["cell_type"] == "markdown"
+             and re.match(r"##\s+Exercises\s*$", source(c).splitlines()[0] if source(c) else "")]
+    assert len(heads) == 1, f"{name(path)}: expected one '## Exercises' section, found {len(heads)}"
+    return cs[heads[0] + 1:], cs[:heads[0]]
+
+
+@pytest.mark.parametrize("stem", CHAPTERS_WITH_EXERCISES)
+def test_chapter_ends_with_exercises_and_checked_solutions(stem):
+    path = ROOT / "chapters" / f"{stem}.ipynb"
+    after, _ = exercise_blocks(path)
+    numbers = [int(m.group(1)) for c in after if c["cell_type"] == "markdown"
+               for m in [re.match(r"\*\*Exercise (\d+)\.\*\* \S", source(c))] if m]
+    assert 4 <= len(numbers) <= 6, f"{stem}: {len(numbers)} exercises, the book asks for 4 to 6"
+    assert numbers == list(range(1, len(numbers) + 1)), f"{stem}: exercises numbered {numbers}"
+    for n in numbers:
+        q = next(i for i, c in enumerate(after) if source(c).startswith(f"**Exercise {n}.** "))
+        solution, check = after[q + 1], after[q + 2]
+        assert solution["cell_type"] == "markdown" and re.match(
+            rf"````\{{admonition\}} Solution to exercise {n}\n:class: dropdown\n", source(solution)), \
+            f"{stem}, exercise {n}: the next cell must be a dropdown admonition 'Solution to exercise {n}'"
+        assert check["cell_type"] == "code" and "hide-cell" in tags(check), \
+            f"{stem}, exercise {n}: the solution must be followed by a code cell tagged hide-cell"
+        code = source(check)
+        assert code.startswith(f"# Check for exercise {n}\n"), f"{stem}, exercise {n}: the check must say so first"
+        assert re.search(r"^\s*assert\b", code, re.M), f"{stem}, exercise {n}: the check asserts nothing"
+        errors = [o for o in check.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{stem}, exercise {n}: the stored check failed"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS_WITH_EXERCISES)
+def test_every_figure_has_a_numbered_caption_and_is_referred_to(stem):
+    path = ROOT / "chapters" / f"{stem}.ipynb"
+    cs = cells(path)
+    prose = "\n".join(source(c) for c in cs if c["cell_type"] == "markdown")
+    names = []
+    for i, c in enumerate(cs):
+        if c["cell_type"] != "code":
+            continue
+        figure = c.get("metadata", {}).get("mystnb", {}).get("figure")
+        if images(c):
+            assert images(c) == 1, f"{stem} cell {i}: {images(c)} images in one cell; one figure per cell"
+            assert figure, f"{stem} cell {i} draws a figure without mystnb.figure metadata (caption and name)"
+        if figure:
+            assert re.fullmatch(rf"fig-{stem[:2]}-[a-z0-9-]+", figure.get("name", "")), \
+                f"{stem} cell {i}: figure name {figure.get('name')!r} is not fig-{stem[:2]}-<slug>"
+            caption = figure.get("caption", "")
+            assert caption.count(". ") >= 1 and caption.endswith("."), \
+                f"{stem} cell {i}: the caption says what it shows, then its takeaway, in sentences: {caption!r}"
+            names.append(figure["name"])
+        html = output_text(c)
+        if ("<script" in html and "Animation" in html) or 'class="gt-switcher"' in html:  # a player or a slider
+            # MyST-NB wraps any display output in a numbered figure, so a caption in the metadata
+            # ("Interactive: ...") is preferred; a markdown caption right below is accepted too
+            below = source(cs[i + 1]) if i + 1 < len(cs) else ""
+            assert (figure and figure.get("caption", "").startswith("Interactive: ")) \
+                or below.startswith("**Figure (interactive).** "), \
+                f"{stem} cell {i}: an interactive figure needs a caption: mystnb.figure 'Interactive: ...'"
+    assert len(set(names)) == len(names), f"{stem}: figure names repeat"
+    unreferenced = [n for n in names if f"{{numref}}`{n}`" not in prose]
+    assert not unreferenced, f"{stem}: figures never referred to by number in the prose: {unreferenced}"

@@ -174,6 +174,10 @@ class ModelShape:
             if getattr(self, name) < 1:
                 raise ValueError(f"ModelShape.{name} must be >= 1, got {getattr(self, name)}")
 
+    def is_moe_layer(self, layer: int) -> bool:
+        """Always False: a ModelShape is a dense GPT (``gpt_num_params`` asks, as of a ``GPTConfig``)."""
+        return False
+
     @property
     def layer_params(self) -> int:
         h = self.n_embd  # qkv 3h²+3h, proj h²+h, fc 4h²+4h, proj 4h²+h, two LayerNorms 4h; without bias 2h gains

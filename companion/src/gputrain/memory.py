@@ -353,13 +353,16 @@ def _check_sizes(**sizes) -> None:
 def _gpt_phases(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: dict[str, float],
                 grads: float, checkpointing: bool) -> dict[str, float]:
     """Bytes above ``static`` at four moments of a step of our GPT (which one peaks depends on the shape)."""
-    V = shape.vocab_size
+    h, V, R = shape.n_embd, shape.vocab_size, recipe.residual
     logits = tokens * V * recipe.activations  # returned by forward, held by the caller
     saved = sum(parts.values())
     # nll_loss and log_softmax backward each make an FP32 (tokens, V) gradient
     start = logits + saved + tokens * V * 8
-    top, bottom = _block_backward(shape, recipe, tokens, logits + saved - parts["cross-entropy (FP32 log-probs)"],
-                                  checkpointing)
+    # by the time the blocks' backward runs, the loss's log-probabilities, the head's input (and its
+    # autocast weight copy) and the final LayerNorm's input and statistics have been used and freed
+    done = (parts["cross-entropy (FP32 log-probs)"] + tokens * (h * recipe.activations + h * R + 2 * R)
+            + recipe.weight_cast * V * h)
+    top, bottom = _block_backward(shape, recipe, tokens, logits + saved - done, checkpointing)
     # with master weights, the step also makes FP32 copies of the gradients for the masters
     step = grads + (shape.params * 4 if recipe.master else 0)
     return {"start of backward": start, "backward of the top block": top,
@@ -370,9 +373,10 @@ def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, hel
                     checkpointing: bool) -> tuple[float, float]:
     """Bytes above ``static`` inside the backward of the top block and of the bottom block.
 
-    ``held``: the logits and everything forward saved, minus the loss's
-    log-probabilities (freed by then).  Going down one block frees what that
-    block kept (its activations; under checkpointing only its input) and
+    ``held``: the logits and what forward saved that is still needed.  The
+    moment is the GELU's backward, when the MLP's output projection has its
+    weight gradient and two 4h-wide gradients exist.  Going down one block
+    frees what that block kept (its activations; under checkpointing only its input) and
     leaves its parameters' gradients behind, so the memory of block ``i``'s
     backward is linear in ``i``: its maximum is at the top block (many
     tokens, few parameters) or at the bottom one (few tokens, many
@@ -383,8 +387,10 @@ def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, hel
         kept = h * recipe.residual * tokens  # a block's input
     else:
         kept = sum(gpt_layer_activations(shape, recipe).values()) * tokens + recipe.weight_cast * 12 * h * h
-    # the head's gradient exists; the block works on a 4h-wide gradient and the residual stream's gradient
-    top = held + V * h * recipe.grads + tokens * h * (4 * recipe.activations + 4)
+    # the head's gradient and the output projection's exist; the projection's input (4h wide) is freed and
+    # GELU's backward turns one 4h-wide gradient into another, next to the residual stream's gradient
+    top = (held + (V * h + 4 * h * h + (h if shape.bias else 0)) * recipe.grads
+           + tokens * h * (4 * recipe.activations + 4))
     if checkpointing:
         top += recomputed_block_bytes(shape, recipe, tokens)  # the block rebuilt
     bottom = top + (L - 1) * (shape.layer_params * recipe.grads - kept)

@@ -1,11 +1,11 @@
 # How a GPU Trains AI: every target installs what it needs into .venv/ first.
 #   make book    build the website into _build/html   (EXECUTE=1: re-run changed notebooks first)
-#   make test    run every test: unit tests, every notebook (nbval), the book build, a browser check
+#   make test    run every test: lint, unit tests, every notebook (nbval), the book build, a browser check
 #   make serve   serve _build/html on http://localhost:$(PORT)
 #   make execute run the notebooks in place (store fresh outputs before committing)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test serve execute browser-deps vendor clean
+.PHONY: help setup book test lint serve execute browser-deps vendor clean
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -46,7 +46,13 @@ book: vendor
 browser-deps:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
 
-test: vendor browser-deps
+# ruff, with the rules and format in companion/pyproject.toml, over the package, tests and scripts
+LINT_PATHS := companion tests bench book/tools
+lint: setup
+	$(PY) -m ruff check --config companion/pyproject.toml $(LINT_PATHS)
+	$(PY) -m ruff format --check --config companion/pyproject.toml $(LINT_PATHS)
+
+test: vendor browser-deps lint
 	$(PY) -m pytest -c tests/pytest.ini --rootdir=. tests $(NB) $(PYTEST_ARGS)
 
 serve:

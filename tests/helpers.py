@@ -13,5 +13,10 @@ def snapshot(root: Path) -> dict:
 
 def run_cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
     """``python -m gputrain ARGS`` in a fresh process; ``env`` is added to this process's environment."""
-    return subprocess.run([sys.executable, "-m", "gputrain", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gputrain", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )

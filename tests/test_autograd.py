@@ -44,23 +44,35 @@ CASES = {
     "div_broadcast": ((lambda: normal(3, 4), lambda: off_zero(4)), lambda a, b: a / b, lambda a, b: a / b),
     "rdiv": ((lambda: off_zero(3, 4),), lambda a: 2.0 / a, lambda a: 2.0 / a),
     "neg": ((lambda: normal(3, 4),), lambda a: -a, lambda a: -a),
-    "pow_3": ((lambda: normal(3, 4),), lambda a: a ** 3, lambda a: a ** 3),
-    "pow_half": ((lambda: positive(3, 4),), lambda a: a ** 0.5, lambda a: a ** 0.5),
-    "pow_neg": ((lambda: positive(3, 4),), lambda a: a ** -1.5, lambda a: a ** -1.5),
+    "pow_3": ((lambda: normal(3, 4),), lambda a: a**3, lambda a: a**3),
+    "pow_half": ((lambda: positive(3, 4),), lambda a: a**0.5, lambda a: a**0.5),
+    "pow_neg": ((lambda: positive(3, 4),), lambda a: a**-1.5, lambda a: a**-1.5),
     "matmul": ((lambda: normal(5, 3), lambda: normal(3, 4)), lambda a, b: a @ b, lambda a, b: a @ b),
     "matmul_batched": ((lambda: normal(2, 5, 3), lambda: normal(3, 4)), lambda a, b: a @ b, lambda a, b: a @ b),
-    "matmul_broadcast_batch": ((lambda: normal(2, 1, 5, 3), lambda: normal(4, 3, 2)),
-                               lambda a, b: a @ b, lambda a, b: a @ b),
+    "matmul_broadcast_batch": (
+        (lambda: normal(2, 1, 5, 3), lambda: normal(4, 3, 2)),
+        lambda a, b: a @ b,
+        lambda a, b: a @ b,
+    ),
     "sum_all": ((lambda: normal(3, 4),), lambda a: a.sum(), lambda a: a.sum()),
     "sum_axis0": ((lambda: normal(3, 4),), lambda a: a.sum(axis=0), lambda a: a.sum(dim=0)),
-    "sum_axes_keepdims": ((lambda: normal(2, 3, 4),), lambda a: a.sum(axis=(0, 2), keepdims=True),
-                          lambda a: a.sum(dim=(0, 2), keepdim=True)),
+    "sum_axes_keepdims": (
+        (lambda: normal(2, 3, 4),),
+        lambda a: a.sum(axis=(0, 2), keepdims=True),
+        lambda a: a.sum(dim=(0, 2), keepdim=True),
+    ),
     "mean_all": ((lambda: normal(3, 4),), lambda a: a.mean(), lambda a: a.mean()),
     "mean_axis1": ((lambda: normal(2, 3, 4),), lambda a: a.mean(axis=1), lambda a: a.mean(dim=1)),
-    "mean_neg_axis_keepdims": ((lambda: normal(3, 4),), lambda a: a.mean(axis=-1, keepdims=True),
-                               lambda a: a.mean(dim=-1, keepdim=True)),
-    "reshape": ((lambda: normal(3, 4),), lambda a: a.reshape(2, 6) * a.reshape(2, 6),
-                lambda a: a.reshape(2, 6) * a.reshape(2, 6)),
+    "mean_neg_axis_keepdims": (
+        (lambda: normal(3, 4),),
+        lambda a: a.mean(axis=-1, keepdims=True),
+        lambda a: a.mean(dim=-1, keepdim=True),
+    ),
+    "reshape": (
+        (lambda: normal(3, 4),),
+        lambda a: a.reshape(2, 6) * a.reshape(2, 6),
+        lambda a: a.reshape(2, 6) * a.reshape(2, 6),
+    ),
     "transpose": ((lambda: normal(3, 4), lambda: normal(3, 5)), lambda a, b: a.T @ b, lambda a, b: a.T @ b),
     "exp": ((lambda: normal(3, 4),), lambda a: a.exp(), torch.exp),
     "log": ((lambda: positive(3, 4),), lambda a: a.log(), torch.log),
@@ -72,10 +84,12 @@ CASES = {
     "softmax_last": ((lambda: 3 * normal(3, 5),), lambda a: a.softmax(-1), lambda a: torch.softmax(a, -1)),
     "softmax_axis0": ((lambda: 3 * normal(3, 5),), lambda a: a.softmax(0), lambda a: torch.softmax(a, 0)),
     "log_softmax": ((lambda: 3 * normal(3, 5),), lambda a: a.log_softmax(1), lambda a: torch.log_softmax(a, 1)),
-    "cross_entropy": ((lambda: 3 * normal(5, 6),), lambda a: ag.cross_entropy(a, LABELS),
-                      lambda a: F.cross_entropy(a, LABELS)),
-    "reuse_in_one_expression": ((lambda: normal(3, 3),), lambda a: a * a + a @ a + a.T,
-                                lambda a: a * a + a @ a + a.T),
+    "cross_entropy": (
+        (lambda: 3 * normal(5, 6),),
+        lambda a: ag.cross_entropy(a, LABELS),
+        lambda a: F.cross_entropy(a, LABELS),
+    ),
+    "reuse_in_one_expression": ((lambda: normal(3, 3),), lambda a: a * a + a @ a + a.T, lambda a: a * a + a @ a + a.T),
 }
 
 
@@ -172,7 +186,7 @@ def test_deep_graph_has_no_recursion_limit():
     for _ in range(20_000):
         y = y * 1.0001
     y.backward()
-    assert abs(x.grad.item() - 1.0001 ** 20_000) < 1e-9 * 1.0001 ** 20_000
+    assert abs(x.grad.item() - 1.0001**20_000) < 1e-9 * 1.0001**20_000
 
 
 def test_no_graph_without_requires_grad():
@@ -228,18 +242,21 @@ def test_backward_on_non_scalar_needs_a_gradient():
     y.backward(torch.ones(3))  # with an explicit gradient it works
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: (Tensor(torch.randn(3), requires_grad=True) * 2).backward(torch.ones(4)), "gradient has shape"),
-    (lambda: Tensor(torch.randn(())).backward(), "does not require grad"),
-    (lambda: Tensor(torch.randn(2, 3)) @ Tensor(torch.randn(2, 3)), "do not chain"),
-    (lambda: Tensor(torch.randn(3)) @ Tensor(torch.randn(3, 1)), "reshape a vector"),
-    (lambda: Tensor(torch.randn(3)).gelu("fast"), "approximate must be"),
-    (lambda: Tensor(torch.randn(3)).sum(axis=2), "out of range"),
-    (lambda: ag.cross_entropy(Tensor(torch.randn(4, 3)), torch.zeros(5)), "logits \\(N, C\\)"),
-    (lambda: ag.MLP([4]), "sizes"),
-    (lambda: ag.MLP([4, 2], activation="swish"), "activation must be"),
-    (lambda: ag.sgd_step([], lr=0.0), "lr must be positive"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: (Tensor(torch.randn(3), requires_grad=True) * 2).backward(torch.ones(4)), "gradient has shape"),
+        (lambda: Tensor(torch.randn(())).backward(), "does not require grad"),
+        (lambda: Tensor(torch.randn(2, 3)) @ Tensor(torch.randn(2, 3)), "do not chain"),
+        (lambda: Tensor(torch.randn(3)) @ Tensor(torch.randn(3, 1)), "reshape a vector"),
+        (lambda: Tensor(torch.randn(3)).gelu("fast"), "approximate must be"),
+        (lambda: Tensor(torch.randn(3)).sum(axis=2), "out of range"),
+        (lambda: ag.cross_entropy(Tensor(torch.randn(4, 3)), torch.zeros(5)), "logits \\(N, C\\)"),
+        (lambda: ag.MLP([4]), "sizes"),
+        (lambda: ag.MLP([4, 2], activation="swish"), "activation must be"),
+        (lambda: ag.sgd_step([], lr=0.0), "lr must be positive"),
+    ],
+)
 def test_bad_input_one_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()

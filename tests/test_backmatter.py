@@ -105,8 +105,9 @@ def test_glossary_has_sixty_terms_with_the_articles_chinese_and_a_chapter():
     for term, definition in entries.items():
         first = re.split(r"(?<!e\.g)\.\s+(?=[A-Z$])", definition.strip(), maxsplit=1)[0]
         assert CJK.search(first), f"{term!r}: the definition must start with the Chinese terms: {first!r}"
-        assert re.search(r"(?i)chapters? \d|appendix|introduction", definition), \
+        assert re.search(r"(?i)chapters? \d|appendix|introduction", definition), (
             f"{term!r}: the definition names no chapter"
+        )
 
 
 def test_every_term_link_in_the_book_has_a_glossary_entry():
@@ -164,9 +165,14 @@ def public_names(module_name: str) -> list[str]:
     """Functions and classes a module defines and does not mark private (its __all__ when it has one)."""
     mod = importlib.import_module(module_name)
     exported = getattr(mod, "__all__", None)
-    return sorted(f"{module_name}.{name}" for name, obj in vars(mod).items()
-                  if not name.startswith("_") and (inspect.isclass(obj) or inspect.isfunction(obj))
-                  and obj.__module__ == module_name and (exported is None or name in exported))
+    return sorted(
+        f"{module_name}.{name}"
+        for name, obj in vars(mod).items()
+        if not name.startswith("_")
+        and (inspect.isclass(obj) or inspect.isfunction(obj))
+        and obj.__module__ == module_name
+        and (exported is None or name in exported)
+    )
 
 
 API_PAGES = ("api.md", "api_scaling.md")  # the reference, split in two so that no page outgrows the size limit
@@ -195,11 +201,17 @@ def test_api_page_builds_and_documents_every_public_name(tmp_path):
     (tmp_path / "conf.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(BOOK / 'tools')!r})\n"
-        "extensions = ['sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'docstring_math']\n", encoding="utf-8")
+        "extensions = ['sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'docstring_math']\n",
+        encoding="utf-8",
+    )
     (tmp_path / "index.rst").write_text("API\n===\n\n" + api_rst(), encoding="utf-8")
     out = tmp_path / "_out"
-    run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", "-E", str(tmp_path), str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", "-E", str(tmp_path), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     from sphinx.util.inventory import InventoryFile
 
@@ -249,8 +261,9 @@ def parse_gputrain(argv: list[str]):
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     check_flags(sub.choices[argv[0]], argv[1:])
     if argv[0] == "train":
-        overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                     if getattr(args, f.name) is not None}
+        overrides = {
+            f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None
+        }
         return preset_config(args.preset, **overrides)
     return args
 
@@ -264,12 +277,12 @@ def test_every_command_parses_with_the_real_launchers():
     launchers = {("accelerate", "launch"): launch_command_parser, ("torchrun",): get_args_parser}
     seen: dict[str, set[str]] = {"accelerate": set(), "torchrun": set()}
     for argv in commands:
-        prefix = next((p for p in launchers if tuple(argv[:len(p)]) == p), None)
+        prefix = next((p for p in launchers if tuple(argv[: len(p)]) == p), None)
         if prefix:
             parser = launchers[prefix]()
-            args = parser.parse_args(argv[len(prefix):])
+            args = parser.parse_args(argv[len(prefix) :])
             script, rest = args.training_script, args.training_script_args
-            own = argv[len(prefix): argv.index(script)]  # the launcher's flags, before the script
+            own = argv[len(prefix) : argv.index(script)]  # the launcher's flags, before the script
             check_flags(parser, own)
             seen[prefix[0]].update(t for t in own if t.startswith("--"))
         elif argv[0] == "gputrain":
@@ -282,8 +295,17 @@ def test_every_command_parses_with_the_real_launchers():
             parse_gputrain(rest)
         else:
             assert script.endswith(".py"), script
-    needed = {"--num_processes", "--num_machines", "--machine_rank", "--main_process_ip", "--main_process_port",
-              "--mixed_precision", "--config_file", "--multi_gpu", "--use_deepspeed"}
+    needed = {
+        "--num_processes",
+        "--num_machines",
+        "--machine_rank",
+        "--main_process_ip",
+        "--main_process_port",
+        "--mixed_precision",
+        "--config_file",
+        "--multi_gpu",
+        "--use_deepspeed",
+    }
     assert needed <= seen["accelerate"], f"accelerate launch flags never shown: {needed - seen['accelerate']}"
     assert {"--nproc_per_node", "--nnodes", "--node_rank", "--standalone"} <= seen["torchrun"]
 
@@ -309,7 +331,8 @@ def test_every_config_file_loads_and_sets_what_it_says(tmp_path):
         kinds.append(kind)
         if kind == "DEEPSPEED":
             args.deepspeed_fields_from_accelerate_config = ",".join(
-                list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_file else []))
+                list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_file else [])
+            )
             _, env = prepare_deepspeed_cmd_env(args)
             assert env["ACCELERATE_USE_DEEPSPEED"] == "true"
             assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == str(config.deepspeed_config["zero_stage"])
@@ -378,8 +401,9 @@ def test_precision_from_the_program_beats_the_launchers(monkeypatch):
 @pytest.mark.multiprocess
 def test_the_cpu_torchrun_command_trains_on_two_processes(tmp_path):
     """The page's CPU command, run as printed: two processes, so twice the epochs of one process."""
-    line = next(argv for argv in shell_commands() if argv[:2] == ["torchrun", "--standalone"]
-                and "2" in argv and "tiny" in argv)
+    line = next(
+        argv for argv in shell_commands() if argv[:2] == ["torchrun", "--standalone"] and "2" in argv and "tiny" in argv
+    )
     bindir = Path(sys.executable).parent
 
     # torchrun gives each process one thread; the single process gets the same (two threads on a
@@ -394,7 +418,7 @@ def test_the_cpu_torchrun_command_trains_on_two_processes(tmp_path):
         return float(found[0][1])
 
     two = epochs([str(bindir / "torchrun"), *line[1:]])
-    one = epochs([sys.executable, "-m", "gputrain", *line[line.index("gputrain") + 1:]])
+    one = epochs([sys.executable, "-m", "gputrain", *line[line.index("gputrain") + 1 :]])
     assert abs(two / one - 2) < 0.1, (two, one)
 
 
@@ -428,10 +452,12 @@ def test_fact_check_claims_have_a_source_a_verdict_and_a_decider():
         source = re.search(r"^\*\*Claim\*\* \((.+?)\):", body, re.M)
         assert source, f"claim {n}: no '**Claim** (article, section; 「term」):' line"
         assert any(a in source.group(1) for a in ARTICLES), f"claim {n}: names none of the articles {ARTICLES}"
-        assert re.search(r"[§,] ?(?:§|part|heading|opening|closing)", source.group(1)), \
+        assert re.search(r"[§,] ?(?:§|part|heading|opening|closing)", source.group(1)), (
             f"claim {n}: no section of the article in {source.group(1)!r}"
-        assert re.search(r"「[^」]*[\u3400-\u9fff][^」]*」", source.group(1)), \
+        )
+        assert re.search(r"「[^」]*[\u3400-\u9fff][^」]*」", source.group(1)), (
             f"claim {n}: the article's key Chinese term, in 「」, is missing from {source.group(1)!r}"
+        )
         verdict = re.search(r"^\*\*Verdict:\*\* (.+)$", body, re.M)
         assert verdict and verdict.group(1).strip() in VERDICTS, f"claim {n}: verdict must be one of {VERDICTS}"
         assert table[n] == verdict.group(1).strip(), f"claim {n}: the summary table says {table[n]!r}"
@@ -447,13 +473,15 @@ def test_fact_check_claims_have_a_source_a_verdict_and_a_decider():
                 assert name in headings(notebooks[target]), f"claim {n}: {target} has no section {name!r}"
         # an unsupported claim may have no source at all; it must then point to the entry that covers its subject
         refs = re.findall(r"\{ref\}`[^`]*<fc-(\d+)>`", decided)
-        assert sections or citations or (table[n] == "unsupported" and refs), \
+        assert sections or citations or (table[n] == "unsupported" and refs), (
             f"claim {n}: decided by neither a chapter section nor a source"
+        )
 
 
 def test_fact_check_arithmetic_is_right():
-    import torch
     from fractions import Fraction
+
+    import torch
 
     from gputrain.device import PEAK_FLOPS
     from gputrain.memory import estimate
@@ -472,24 +500,35 @@ def test_fact_check_arithmetic_is_right():
         "570 GB is 1.3% of 45 TB": round(100 * 570 / 45_000, 1) == 1.3,
         "0.25¹⁰⁰ ≈ 6 × 10⁻⁶¹": round(0.25**100 / 1e-61) == 6,
         "(2 − 2⁻¹⁰) × 2¹⁵ = 65504": (2 - 2**-10) * 2**15 == 65504 == f16.max,
-        "the smallest normal number is 1.18 × 10⁻³⁸ in both": bf16.tiny == f32.tiny and round(f32.tiny / 1e-38, 2) == 1.18,
-        "3.39 × 10³⁸ in BF16 against 3.40 × 10³⁸ in FP32": (round(bf16.max / 1e38, 2), round(f32.max / 1e38, 2)) == (3.39, 3.40),
+        "the smallest normal number is 1.18 × 10⁻³⁸ in both": bf16.tiny == f32.tiny
+        and round(f32.tiny / 1e-38, 2) == 1.18,
+        "3.39 × 10³⁸ in BF16 against 3.40 × 10³⁸ in FP32": (round(bf16.max / 1e38, 2), round(f32.max / 1e38, 2))
+        == (3.39, 3.40),
         "8 significant bits against FP32's 24": (bf16.eps, f32.eps) == (2.0**-7, 2.0**-23),
-        "stop at 9.2 × 10⁻⁴¹ where FP32's reach 1.4 × 10⁻⁴⁵": (round(bf16.tiny * bf16.eps / 1e-41, 1), round(f32.tiny * f32.eps / 1e-45, 1)) == (9.2, 1.4),
+        "stop at 9.2 × 10⁻⁴¹ where FP32's reach 1.4 × 10⁻⁴⁵": (
+            round(bf16.tiny * bf16.eps / 1e-41, 1),
+            round(f32.tiny * f32.eps / 1e-45, 1),
+        )
+        == (9.2, 1.4),
         "2⁻³ and 2⁻²": (torch.finfo(torch.float8_e4m3fn).eps, torch.finfo(torch.float8_e5m2).eps) == (2**-3, 2**-2),
-        "989 ÷ 67 ≈ 14.8": round(h100["fp16"] / 1e12) == 989 and round(h100["fp32"] / 1e12) == 67
+        "989 ÷ 67 ≈ 14.8": round(h100["fp16"] / 1e12) == 989
+        and round(h100["fp32"] / 1e12) == 67
         and round(h100["fp16"] / h100["fp32"], 1) == 14.8,
         "against TF32 tensor-core products the factor is 2": round(h100["fp16"] / h100["tf32"], 3) == 2,
         "16 × 32 = 512": 16 * 32 == 512,
         "175 billion × 2 bytes = 350 GB": estimate(175e9).parameters == 350e9,
         "the training state is 2.8 TB, which needs at least 35 GPUs of 80 GB": training_state == 2.8e12
         and math.ceil(training_state / 80e9) == 35,
-        "100 × 10¹² × 16 bytes = 1.6 PB of training state, which would take 20,000 GPUs of 80 GB":
-            estimate(100e12).total == 1.6e15 and estimate(100e12).total / 80e9 == 20_000,
+        "100 × 10¹² × 16 bytes = 1.6 PB of training state, which would take 20,000 GPUs of 80 GB": estimate(
+            100e12
+        ).total
+        == 1.6e15
+        and estimate(100e12).total / 80e9 == 20_000,
         "1.75 at N = 8": 2 * (8 - 1) / 8 == 1.75,
         "(p − 1)/(m + p − 1) = 3/11": bubble_fraction(4, 8) == Fraction(3, 11),
         "120 ÷ 31.4 ≈ 3.82, with 8 GPUs 2.91": (round(zero[0, 64] / 1e9), round(zero[1, 64] / 1e9, 1)) == (120, 31.4)
-        and round(zero[0, 64] / zero[1, 64], 2) == 3.82 and round(zero[0, 8] / zero[1, 8], 2) == 2.91,
+        and round(zero[0, 64] / zero[1, 64], 2) == 3.82
+        and round(zero[0, 8] / zero[1, 8], 2) == 2.91,
         "450 ÷ 50 = 9": 900 / 2 / 50 == 9,
         "160 ÷ 50 = 3.2": 160 / 50 == 3.2,
         "2,788,000 × $2 = $5,576,000": 2_788_000 * 2 == 5_576_000,

@@ -4,16 +4,38 @@ import json
 
 import pytest
 import torch
-
-from gputrain.bench import (RUNG_NAMES, Batches, HandWrittenAttention, LadderConfig, cpu_ladder, gpu_ladder,
-                            padded_vocab, plan, run_ladder, skip_reason, use_hand_written_attention)
-from gputrain.cli import main
-from gputrain.results import read_result
-from gputrain.model import GPT, GPTConfig
 from helpers import run_cli
 
-TINY = dict(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=300, batch_size=4, big_batch_size=8,
-            steps=2, rounds=2, warmup=1, compile=False)
+from gputrain.bench import (
+    RUNG_NAMES,
+    Batches,
+    HandWrittenAttention,
+    LadderConfig,
+    cpu_ladder,
+    gpu_ladder,
+    padded_vocab,
+    plan,
+    run_ladder,
+    skip_reason,
+    use_hand_written_attention,
+)
+from gputrain.cli import main
+from gputrain.model import GPT, GPTConfig
+from gputrain.results import read_result
+
+TINY = dict(
+    n_layer=2,
+    n_head=4,
+    n_embd=64,
+    block_size=64,
+    vocab_size=300,
+    batch_size=4,
+    big_batch_size=8,
+    steps=2,
+    rounds=2,
+    warmup=1,
+    compile=False,
+)
 
 
 def test_hand_written_attention_matches_sdpa_values_and_gradients():
@@ -135,13 +157,37 @@ def test_cli_bench_dry_run_and_bad_flag():
     assert out.returncode == 0, out.stderr
     assert "12 x 768" in out.stdout and "SKIP: TF32" in out.stdout
     bad = run_cli("bench", "--compile-scope", "all", env=env, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--compile-scope" in bad.stderr and "model" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().count("\n") == 0
+        and "--compile-scope" in bad.stderr
+        and "model" in bad.stderr
+    )
 
 
 def test_cli_bench_writes_the_table_and_json(tmp_path, capsys):
     out = tmp_path / "ladder.json"
-    flags = ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "2", "--big-batch-size",
-             "4", "--steps", "1", "--rounds", "1", "--warmup", "1", "--rungs", "fp32,bf16", "--no-measured-peak"]
+    flags = [
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--block-size",
+        "32",
+        "--batch-size",
+        "2",
+        "--big-batch-size",
+        "4",
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--warmup",
+        "1",
+        "--rungs",
+        "fp32,bf16",
+        "--no-measured-peak",
+    ]
     code = main(["bench", "--preset", "cpu", "--out", str(out), "--no-loop-overhead", *flags])
     assert code == 0
     printed = capsys.readouterr().out
@@ -153,8 +199,19 @@ def test_cli_bench_writes_the_table_and_json(tmp_path, capsys):
 
 @pytest.mark.gpu
 def test_gpu_ladder_rungs_buy_speed_and_memory():
-    cfg = LadderConfig(n_layer=4, n_head=12, n_embd=768, block_size=512, vocab_size=1000, batch_size=8,
-                       big_batch_size=16, steps=3, rounds=2, warmup=2, compile=False)
+    cfg = LadderConfig(
+        n_layer=4,
+        n_head=12,
+        n_embd=768,
+        block_size=512,
+        vocab_size=1000,
+        batch_size=8,
+        big_batch_size=16,
+        steps=3,
+        rounds=2,
+        warmup=2,
+        compile=False,
+    )
     result = run_ladder(cfg, log=lambda m: None)
     assert result.peak_datasheet is not None, "add this GPU to gputrain.device.PEAK_FLOPS"
     assert all(r["skipped"] is None for r in result.rows if r["rung"] != "compile")

@@ -1,7 +1,6 @@
 """Checkpoints (chapter 6): atomic, verified, never unpickled, and a resume that is bitwise exact."""
 
 import json
-
 import pickle
 import signal
 import subprocess
@@ -9,14 +8,27 @@ import sys
 
 import pytest
 import torch
-
-from gputrain.model import GPT
-from gputrain.train import checkpoint as C
-from gputrain import train as T
 from helpers import snapshot
 
-BASE = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000, warmup_steps=3,
-            eval_interval=5, eval_batches=2, progress=False, dropout=0.1, grad_accum_steps=2, spike_window=8)
+from gputrain import train as T
+from gputrain.model import GPT
+from gputrain.train import checkpoint as C
+
+BASE = dict(
+    n_layer=1,
+    n_head=2,
+    n_embd=32,
+    block_size=32,
+    batch_size=8,
+    corpus_bytes=30_000,
+    warmup_steps=3,
+    eval_interval=5,
+    eval_batches=2,
+    progress=False,
+    dropout=0.1,
+    grad_accum_steps=2,
+    spike_window=8,
+)
 STEPS = 12
 
 
@@ -33,6 +45,7 @@ def interrupt_at(step):
         if s == step:
             raise Interrupt  # what Ctrl-C (KeyboardInterrupt) does to a run, minus the signal
         return batch
+
     return hook
 
 
@@ -92,8 +105,19 @@ def test_only_the_newest_checkpoints_are_kept(tmp_path):
 
 def test_early_stopping_state_survives_a_resume(tmp_path):
     """The best weights live in best.safetensors, so a resumed run still restores them."""
-    over = dict(corpus_bytes=3_000, dropout=0.0, max_steps=60, lr=2e-2, eval_interval=4, patience=2,
-                grad_accum_steps=1, warmup_steps=0, schedule="constant", weight_decay=0.0, spike_window=0)
+    over = dict(
+        corpus_bytes=3_000,
+        dropout=0.0,
+        max_steps=60,
+        lr=2e-2,
+        eval_interval=4,
+        patience=2,
+        grad_accum_steps=1,
+        warmup_steps=0,
+        schedule="constant",
+        weight_decay=0.0,
+        spike_window=0,
+    )
     whole = T.train(cfg(**over))
     assert whole.stopped_early, "the setting must overfit within max_steps"
     stop = whole.steps - 4  # interrupt shortly before it stops
@@ -193,8 +217,9 @@ T.train(T.TrainConfig(**json.loads(sys.argv[1])))
 @pytest.mark.parametrize("where", ["model", "manifest", "rename"])
 def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path, where):
     over = dict(BASE, max_steps=15, checkpoint_dir=str(tmp_path), checkpoint_interval=5)
-    proc = subprocess.run([sys.executable, "-c", KILLER, json.dumps(over), where], capture_output=True, text=True,
-                          timeout=300)  # same thread count as this process: bitwise comparable
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, json.dumps(over), where], capture_output=True, text=True, timeout=300
+    )  # same thread count as this process: bitwise comparable
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert [p.name for p in C.list_checkpoints(tmp_path)] == ["step_00000005"]
     assert list(tmp_path.glob(".step_00000010.tmp"))  # the half-written one, under its temporary name

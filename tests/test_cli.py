@@ -2,9 +2,9 @@ import json
 import os
 
 import pytest
+from helpers import run_cli
 
 from gputrain.cli import main
-from helpers import run_cli
 
 
 def test_help_lists_commands():

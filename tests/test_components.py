@@ -56,8 +56,18 @@ def test_every_optimizer_name_builds_and_steps(name):
 
 def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
     """Chapter 5's AdamW in the real loop: the same losses as torch.optim.AdamW, step for step."""
-    base = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000, max_steps=8,
-                warmup_steps=2, eval_interval=0, progress=False)
+    base = dict(
+        n_layer=1,
+        n_head=2,
+        n_embd=32,
+        block_size=32,
+        batch_size=8,
+        corpus_bytes=30_000,
+        max_steps=8,
+        warmup_steps=2,
+        eval_interval=0,
+        progress=False,
+    )
     ours = train(TrainConfig(optimizer="scratch-adamw", **base)).losses
     torchs = train(TrainConfig(optimizer="adamw", **base)).losses
     assert ours == pytest.approx(torchs, rel=1e-5)
@@ -66,8 +76,7 @@ def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
 
 def test_schedules_by_name_have_their_shapes():
     cfg = dict(max_steps=100, warmup_steps=10, min_lr_ratio=0.1)
-    f = {name: lr_lambda(TrainConfig(schedule=name, decay_fraction=0.2, restart_steps=30, **cfg))
-         for name in SCHEDULES}
+    f = {name: lr_lambda(TrainConfig(schedule=name, decay_fraction=0.2, restart_steps=30, **cfg)) for name in SCHEDULES}
     assert [f["constant"](k) for k in (0, 9, 50, 99)] == [0.1, 1.0, 1.0, 1.0]
     assert f["linear"](55) == pytest.approx(0.1 + 0.9 * 0.5)  # halfway down the line
     assert [f["wsd"](k) for k in (10, 79)] == [1.0, 1.0] and f["wsd"](90) == pytest.approx(0.1 + 0.9 * 0.5)

@@ -36,8 +36,9 @@ def test_to_tensor_is_channels_first_and_keeps_values(photo):
     assert np.array_equal(photo.permute(1, 2, 0).numpy(), hwc)
 
 
-@pytest.mark.parametrize("shape, hint", [((8, 8), "add a channel axis"), ((2, 8, 8, 3), "torch.stack"),
-                                         ((8,), "one image")])
+@pytest.mark.parametrize(
+    "shape, hint", [((8, 8), "add a channel axis"), ((2, 8, 8, 3), "torch.stack"), ((8,), "one image")]
+)
 def test_to_tensor_wrong_dimensions_one_clear_error(shape, hint):
     with pytest.raises(ValueError, match=f"needs 3 dimensions.*{hint}"):
         data.to_tensor(np.zeros(shape, dtype=np.uint8))
@@ -66,7 +67,7 @@ def test_resize_shorter_keeps_aspect_and_center_crop(photo):
     assert small.shape == (3, 256, round(640 * 256 / 427))
     crop = data.center_crop(small, 224)
     assert crop.shape == (3, 224, 224)
-    assert torch.equal(crop, small[:, 16:240, (small.shape[2] - 224) // 2:][:, :, :224])
+    assert torch.equal(crop, small[:, 16:240, (small.shape[2] - 224) // 2 :][:, :, :224])
     with pytest.raises(ValueError, match="resize first"):
         data.center_crop(photo, 500)
 
@@ -104,7 +105,7 @@ def test_flip_crop_are_exact_torch_ops():
     tops = (torch.rand(6, generator=g) * (20 - 9 + 1)).long()
     lefts = (torch.rand(6, generator=g) * (24 - 9 + 1)).long()
     for i in range(6):
-        assert torch.equal(crops[i], x[i, :, tops[i]:tops[i] + 9, lefts[i]:lefts[i] + 9])
+        assert torch.equal(crops[i], x[i, :, tops[i] : tops[i] + 9, lefts[i] : lefts[i] + 9])
     padded = data.random_crop(x, 20, padding=4, generator=g)
     assert padded.shape == (6, 3, 20, 20)
 
@@ -153,8 +154,16 @@ def _random_unicode(rng: random.Random, n: int) -> str:
     return "".join(out)
 
 
-@pytest.mark.parametrize("text", ["", "def f(x):\n    return x ** 2\n", "中文：梯度下降與反向傳播，繁體和简体",
-                                  "emoji 🚀🤖👩‍👩‍👧 and \x00 nul\r\n\ttabs", "  many   spaces  \n\n\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "def f(x):\n    return x ** 2\n",
+        "中文：梯度下降與反向傳播，繁體和简体",
+        "emoji 🚀🤖👩‍👩‍👧 and \x00 nul\r\n\ttabs",
+        "  many   spaces  \n\n\n",
+    ],
+)
 def test_bpe_round_trip_exact(bpe, text):
     ids = bpe.encode(text)
     assert all(0 <= i < bpe.vocab_size for i in ids)
@@ -231,10 +240,13 @@ def test_bpe_save_load_json(tmp_path, bpe, corpus):
         data.BPETokenizer([(300, 1)])
 
 
-@pytest.mark.parametrize("text, vocab, message", [
-    ("", 512, "empty corpus: pass some text"),
-    ("some text", 100, "below 256.*use vocab_size >= 256"),
-])
+@pytest.mark.parametrize(
+    "text, vocab, message",
+    [
+        ("", 512, "empty corpus: pass some text"),
+        ("some text", 100, "below 256.*use vocab_size >= 256"),
+    ],
+)
 def test_bpe_bad_input_one_clear_error(text, vocab, message):
     with pytest.raises(ValueError, match=message):
         data.BPETokenizer.train(text, vocab)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gputrain.speed import ThroughputMeter, count_ops, measured_peak, peak_for_mfu, tokens_per_second
 from gputrain.flops import count_flops, gpt_train_flops_per_token, matmul_params, mfu
 from gputrain.model import GPT, GPTConfig
+from gputrain.speed import ThroughputMeter, count_ops, measured_peak, peak_for_mfu, tokens_per_second
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -1,4 +1,7 @@
-"""gputrain.flops and gputrain.speed: counted FLOPs against torch's counter and closed forms, throughput probes (chapter 2)."""
+"""gputrain.flops and gputrain.speed (chapter 2).
+
+Counted FLOPs against torch's counter and closed forms; throughput probes.
+"""
 
 import math
 
@@ -8,9 +11,16 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from gputrain.device import median_seconds
-from gputrain.flops import ELEMENTWISE_FLOPS, count_flops, forward_flops_per_token, loglog_slope, matmul_params, train_flops_per_token
-from gputrain.speed import matmul_tflops, copy_bandwidth
+from gputrain.flops import (
+    ELEMENTWISE_FLOPS,
+    count_flops,
+    forward_flops_per_token,
+    loglog_slope,
+    matmul_params,
+    train_flops_per_token,
+)
 from gputrain.model import GPT, MLP, GPTConfig
+from gputrain.speed import copy_bandwidth, matmul_tflops
 
 
 def test_linear_layer_costs_2_b_in_out_like_torchs_counter():
@@ -127,8 +137,8 @@ def test_gpu_bf16_matmul_reaches_a_real_fraction_of_peak():
 
 
 def test_time_shares_put_matmuls_below_their_flop_share():
-    from gputrain.speed import cpu_threads, time_shares
     from gputrain.flops import matmul_fraction
+    from gputrain.speed import cpu_threads, time_shares
 
     torch.manual_seed(0)
     mlp = MLP(64, 64, hidden=64, depth=4, activation="gelu")

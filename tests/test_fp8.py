@@ -90,7 +90,7 @@ def test_round_trip_error_bound(name, granularity):
     bound = x.abs() * 2.0 ** -(f.mantissa_bits + 1) + per_elem * f.smallest_subnormal / 2
     assert ((back - x).abs() <= bound * (1 + 1e-6)).all()
     # every group's max-abs lands on the format's max (no range is wasted)
-    assert fp8.dequantize_2d(q).abs().max().item() == pytest.approx(x.abs().max().item(), rel=2.0 ** -f.mantissa_bits)
+    assert fp8.dequantize_2d(q).abs().max().item() == pytest.approx(x.abs().max().item(), rel=2.0**-f.mantissa_bits)
 
 
 def test_scale_shapes_and_ragged_edges():
@@ -133,8 +133,12 @@ def _group_of(granularity, r, c, shape, block=fp8.TILE):
     """Mask of the entries that share entry (r, c)'s scale."""
     rows, cols = torch.arange(shape[0])[:, None], torch.arange(shape[1])[None, :]
     same_row, same_tile_col = rows == r, cols // block == c // block
-    return {"tensor": torch.ones(shape, dtype=torch.bool), "row": same_row.expand(shape),
-            "tile": same_row & same_tile_col, "block": (rows // block == r // block) & same_tile_col}[granularity]
+    return {
+        "tensor": torch.ones(shape, dtype=torch.bool),
+        "row": same_row.expand(shape),
+        "tile": same_row & same_tile_col,
+        "block": (rows // block == r // block) & same_tile_col,
+    }[granularity]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
@@ -238,8 +242,12 @@ def test_scaled_mm_equals_the_emulated_product(granularity):
 def test_padding_to_16_changes_nothing():
     a, b = randn(37, 50, seed=15), randn(30, 50, seed=16)  # nothing divisible by 16
     for g in ("tensor", "row"):
-        torch.testing.assert_close(fp8.fp8_gemm(a, b, granularity=g, align=16),
-                                   fp8.fp8_gemm(a, b, granularity=g, align=1), rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(
+            fp8.fp8_gemm(a, b, granularity=g, align=16),
+            fp8.fp8_gemm(a, b, granularity=g, align=1),
+            rtol=1e-6,
+            atol=1e-5,
+        )
 
 
 def rel(a, b):
@@ -394,7 +402,10 @@ def test_linear_operands_of_a_training_step():
     names = ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc", "blocks.0.mlp.proj"]
     assert all(sorted(ops[k]) == sorted(names) for k in ops)
     fc = model.blocks[0].mlp.fc
-    assert ops["activations"]["blocks.0.mlp.fc"].shape == (32, 32) and ops["gradients"]["blocks.0.mlp.fc"].shape == (32, 128)
+    assert ops["activations"]["blocks.0.mlp.fc"].shape == (32, 32) and ops["gradients"]["blocks.0.mlp.fc"].shape == (
+        32,
+        128,
+    )
     # the weight gradient is exactly dY^T X: the captured operands are the GEMM's
     _, loss = model(idx, idx)
     gw = torch.autograd.grad(loss, fc.weight)[0]

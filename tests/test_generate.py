@@ -3,16 +3,27 @@
 import math
 
 import pytest
+from helpers import run_cli
 
 from gputrain.train import CheckpointError, TrainConfig, evaluate_text, sample, train
-from helpers import run_cli
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("ckpt")
-    cfg = TrainConfig(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=40_000,
-                      max_steps=30, warmup_steps=3, eval_interval=0, progress=False, checkpoint_dir=str(ckpt))
+    cfg = TrainConfig(
+        n_layer=1,
+        n_head=2,
+        n_embd=32,
+        block_size=32,
+        batch_size=8,
+        corpus_bytes=40_000,
+        max_steps=30,
+        warmup_steps=3,
+        eval_interval=0,
+        progress=False,
+        checkpoint_dir=str(ckpt),
+    )
     return train(cfg), ckpt
 
 
@@ -36,8 +47,21 @@ def test_eval_on_the_validation_split_matches_the_loss_definitions(trained):
 
 def test_cli_sample_and_eval(trained, tmp_path):
     _, ckpt = trained
-    out = run_cli("sample", "--checkpoint", str(ckpt), "--prompt", "def ", "--tokens", "30", "--temperature",
-                  "0.8", "--top-k", "40", "--seed", "1")
+    out = run_cli(
+        "sample",
+        "--checkpoint",
+        str(ckpt),
+        "--prompt",
+        "def ",
+        "--tokens",
+        "30",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "40",
+        "--seed",
+        "1",
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("def ")
     text = tmp_path / "held_out.txt"
@@ -47,15 +71,18 @@ def test_cli_sample_and_eval(trained, tmp_path):
     assert "perplexity" in out.stdout and "bits/byte" in out.stdout and "all of it" in out.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sample", "--checkpoint", "{missing}"], "no checkpoint in"),
-    (["sample", "--checkpoint", "{ckpt}", "--temperature", "0"], "temperature must be a positive"),
-    (["sample", "--checkpoint", "{ckpt}", "--tokens", "0"], "tokens must be >= 1"),
-    (["sample", "--checkpoint", "{ckpt}", "--prompt", ""], "prompt is empty"),
-    (["sample", "--checkpoint", "{ckpt}", "--top-k", "-1"], "top_k must be"),
-    (["eval", "--checkpoint", "{ckpt}", "--data", "{missing}/x.txt"], "not found"),
-    (["eval", "--checkpoint", "{corrupt}"], "corrupt or incomplete"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sample", "--checkpoint", "{missing}"], "no checkpoint in"),
+        (["sample", "--checkpoint", "{ckpt}", "--temperature", "0"], "temperature must be a positive"),
+        (["sample", "--checkpoint", "{ckpt}", "--tokens", "0"], "tokens must be >= 1"),
+        (["sample", "--checkpoint", "{ckpt}", "--prompt", ""], "prompt is empty"),
+        (["sample", "--checkpoint", "{ckpt}", "--top-k", "-1"], "top_k must be"),
+        (["eval", "--checkpoint", "{ckpt}", "--data", "{missing}/x.txt"], "not found"),
+        (["eval", "--checkpoint", "{corrupt}"], "corrupt or incomplete"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(trained, tmp_path, args, message):
     _, ckpt = trained
     corrupt = tmp_path / "corrupt"
@@ -75,8 +102,13 @@ def test_a_custom_model_checkpoint_is_refused_clearly(tmp_path):
 
     tokens = torch.randint(0, 256, (4000,))
     model = GPT(GPTConfig(vocab_size=256, block_size=16, n_layer=1, n_head=2, n_embd=16))
-    train(TrainConfig(max_steps=2, batch_size=4, warmup_steps=0, eval_interval=0, progress=False,
-                      checkpoint_dir=str(tmp_path)), model=model, train_data=TokenDataset(tokens, 16),
-          val_data=TokenDataset(tokens[:400], 16))
+    train(
+        TrainConfig(
+            max_steps=2, batch_size=4, warmup_steps=0, eval_interval=0, progress=False, checkpoint_dir=str(tmp_path)
+        ),
+        model=model,
+        train_data=TokenDataset(tokens, 16),
+        val_data=TokenDataset(tokens[:400], 16),
+    )
     with pytest.raises(CheckpointError, match="custom model"):
         sample(tmp_path)

@@ -57,8 +57,9 @@ def test_cross_entropy_probability_targets(reduction, label_smoothing):
 def test_cross_entropy_unbatched():
     z, t = _logits_targets(4, ignore_share=0.0)
     for reduction in REDUCTIONS:
-        assert_close(L.cross_entropy(z[0], t[0], reduction=reduction),
-                     F.cross_entropy(z[0], t[0], reduction=reduction), **F64)
+        assert_close(
+            L.cross_entropy(z[0], t[0], reduction=reduction), F.cross_entropy(z[0], t[0], reduction=reduction), **F64
+        )
 
 
 def test_log_softmax_and_logsumexp_match_torch():
@@ -130,15 +131,14 @@ def test_chunked_cross_entropy_equals_naive_value_and_gradients(reduction, label
     weight = torch.randn(V, C, generator=g, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(0, V, (B, T), generator=g)
     targets[1, :5] = -100
-    ours = L.chunked_cross_entropy(hidden, weight, targets, chunk_size=chunk_size,
-                                   label_smoothing=label_smoothing, reduction=reduction)
-    ref = L.naive_head_cross_entropy(hidden, weight, targets, label_smoothing=label_smoothing,
-                                     reduction=reduction)
+    ours = L.chunked_cross_entropy(
+        hidden, weight, targets, chunk_size=chunk_size, label_smoothing=label_smoothing, reduction=reduction
+    )
+    ref = L.naive_head_cross_entropy(hidden, weight, targets, label_smoothing=label_smoothing, reduction=reduction)
     assert ours.shape == ref.shape
     assert_close(ours, ref, atol=1e-10, rtol=1e-10)
     up = torch.randn(ref.shape, generator=g, dtype=torch.float64)
-    for a, b in zip(torch.autograd.grad(ours, (hidden, weight), up),
-                    torch.autograd.grad(ref, (hidden, weight), up)):
+    for a, b in zip(torch.autograd.grad(ours, (hidden, weight), up), torch.autograd.grad(ref, (hidden, weight), up)):
         assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
@@ -148,7 +148,8 @@ def test_chunked_cross_entropy_passes_gradcheck():
     weight = torch.randn(6, 4, generator=g, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(0, 6, (9,), generator=g)
     assert torch.autograd.gradcheck(
-        lambda h, w: L.chunked_cross_entropy(h, w, targets, chunk_size=4, label_smoothing=0.1), (hidden, weight))
+        lambda h, w: L.chunked_cross_entropy(h, w, targets, chunk_size=4, label_smoothing=0.1), (hidden, weight)
+    )
 
 
 def test_chunked_cross_entropy_in_bfloat16_is_close_to_naive():
@@ -168,8 +169,7 @@ def test_chunked_cross_entropy_in_bfloat16_is_close_to_naive():
 
 
 def test_chunked_loss_uses_less_peak_memory_on_the_cpu():
-    r = L.compare_head_memory(batch=2, seq=64, vocab=8192, width=32, chunk_size=16, repeats=1,
-                              dev=torch.device("cpu"))
+    r = L.compare_head_memory(batch=2, seq=64, vocab=8192, width=32, chunk_size=16, repeats=1, dev=torch.device("cpu"))
     assert r["naive_loss"] == pytest.approx(r["chunked_loss"], rel=1e-5)
     # the naive path holds at least the logits (and more); the chunked one far less
     assert r["naive_peak_bytes"] >= r["logits_bytes_fp32"]
@@ -188,21 +188,32 @@ def test_logits_bytes_at_gpt2_scale():
     assert L.logits_bytes(8, 1024, 50257, torch.bfloat16) == 1_646_821_376 // 2
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 3])), r"outside \[0, 3\)"),
-    (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1, 2])), "do not match"),
-    (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1]), reduction="avg"), "reduction="),
-    (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1]), label_smoothing=1.5), "label_smoothing"),
-    (lambda: L.mse_loss(torch.zeros(3, 1), torch.zeros(3)), "differ in shape"),
-    (lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 3), torch.zeros(2, dtype=torch.long)),
-     r"weight must be \(V, C=4\)"),
-    (lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(3, dtype=torch.long)),
-     "one target per row"),
-    (lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.tensor([0, 5])),
-     r"targets must be in \[0, 5\)"),
-    (lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.tensor([0, 1]), chunk_size=0),
-     "chunk_size"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 3])), r"outside \[0, 3\)"),
+        (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1, 2])), "do not match"),
+        (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1]), reduction="avg"), "reduction="),
+        (lambda: L.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1]), label_smoothing=1.5), "label_smoothing"),
+        (lambda: L.mse_loss(torch.zeros(3, 1), torch.zeros(3)), "differ in shape"),
+        (
+            lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 3), torch.zeros(2, dtype=torch.long)),
+            r"weight must be \(V, C=4\)",
+        ),
+        (
+            lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(3, dtype=torch.long)),
+            "one target per row",
+        ),
+        (
+            lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.tensor([0, 5])),
+            r"targets must be in \[0, 5\)",
+        ),
+        (
+            lambda: L.chunked_cross_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.tensor([0, 1]), chunk_size=0),
+            "chunk_size",
+        ),
+    ],
+)
 def test_bad_input_raises_one_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -210,7 +221,8 @@ def test_bad_input_raises_one_clear_error(call, message):
 
 @pytest.mark.gpu
 def test_chunked_loss_saves_gpu_memory():
-    r = L.compare_head_memory(batch=4, seq=512, vocab=50257, width=256, chunk_size=256, repeats=1,
-                              dev=torch.device("cuda"))
+    r = L.compare_head_memory(
+        batch=4, seq=512, vocab=50257, width=256, chunk_size=256, repeats=1, dev=torch.device("cuda")
+    )
     assert r["naive_loss"] == pytest.approx(r["chunked_loss"], rel=1e-4)
     assert r["saving_factor"] > 3

@@ -5,7 +5,19 @@ import copy
 import pytest
 import torch
 
-from gputrain.memory import apply_activation_checkpointing, is_checkpointed, remove_activation_checkpointing
+from gputrain.memory import (
+    GPT3_175B,
+    RECIPES,
+    ModelShape,
+    PrecisionRecipe,
+    apply_activation_checkpointing,
+    estimate,
+    get_recipe,
+    is_checkpointed,
+    korthikanti_activations,
+    measure_step,
+    remove_activation_checkpointing,
+)
 from gputrain.model import GPT, MLP, GPTConfig
 
 
@@ -81,8 +93,6 @@ def test_checkpointing_other_block_types_and_errors():
 
 # --- the estimator: published numbers ---------------------------------------------------------------
 
-from gputrain.memory import (GPT3_175B, RECIPES, ModelShape, PrecisionRecipe, estimate,  # noqa: E402
-                             get_recipe, korthikanti_activations, measure_step)
 from gputrain.precision import MasterWeights  # noqa: E402
 
 
@@ -153,8 +163,7 @@ def test_estimate_matches_a_measured_training_step(precision, checkpointing):
     x, y = torch.randint(0, 256, (2, 8, 64))
     measure_step(model, optimizer, x, y, autocast)  # the first step creates Adam's states
     measured = measure_step(model, optimizer, x, y, autocast)
-    est = estimate(model, batch_size=8, precision=precision, optimizer="adamw",
-                   activation_checkpointing=checkpointing)
+    est = estimate(model, batch_size=8, precision=precision, optimizer="adamw", activation_checkpointing=checkpointing)
     for name in ("parameters", "gradients", "master_weights", "optimizer_states"):
         assert getattr(est, name) == measured[name], name  # exactly
     assert abs(est.activations / measured["activations"] - 1) < 0.10
@@ -185,19 +194,23 @@ def test_allocation_tracker_agrees_with_torch_mem_tracker():
     with AllocationTracker() as ours:
         step()
     static = sum(p.numel() * 4 for p in model.parameters()) + sum(
-        t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values())
+        t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values()
+    )
     theirs = mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
     assert abs((ours.peak + static) / theirs - 1) < 0.005, (ours.peak + static, theirs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
-    (dict(dp=0), "data-parallel degree"),
-    (dict(batch_size=-1), "batch_size must be >= 0"),
-    (dict(precision="fp12"), "unknown precision recipe 'fp12'"),
-    (dict(optimizer="lion"), "unknown optimizer 'lion'"),
-    (dict(activation_model="guess"), "activation_model"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
+        (dict(dp=0), "data-parallel degree"),
+        (dict(batch_size=-1), "batch_size must be >= 0"),
+        (dict(precision="fp12"), "unknown precision recipe 'fp12'"),
+        (dict(optimizer="lion"), "unknown optimizer 'lion'"),
+        (dict(activation_model="guess"), "activation_model"),
+    ],
+)
 def test_bad_input_is_a_clear_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         estimate(GPT3_175B, **kwargs)
@@ -219,12 +232,15 @@ def test_bad_model_input():
 def test_cli_memory_prints_the_breakdown():
     from helpers import run_cli
 
-    out = run_cli("memory", "--params", "7.5e9", "--precision", "fp16-mixed", "--zero-stage", "1", "--dp", "64",
-                  timeout=120)
+    out = run_cli(
+        "memory", "--params", "7.5e9", "--precision", "fp16-mixed", "--zero-stage", "1", "--dp", "64", timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "31.406 GB" in out.stdout.splitlines()[-2]  # total: ZeRO's 31.4 GB
     bad = run_cli("memory", "--zero-stage", "5", timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip() == "gputrain memory: error: zero_stage must be 0, 1, 2 or 3, got 5"
+    assert (
+        bad.returncode == 2 and bad.stderr.strip() == "gputrain memory: error: zero_stage must be 0, 1, 2 or 3, got 5"
+    )
 
 
 def test_fp8_recipes_exist_without_importing_fp8():
@@ -232,11 +248,13 @@ def test_fp8_recipes_exist_without_importing_fp8():
     import subprocess
     import sys
 
-    code = ("import sys; from gputrain.memory import RECIPES, estimate; "
-            "assert 'gputrain.fp8' not in sys.modules; "
-            "assert {'fp8-autocast', 'fp8-deepseek-v3'} <= set(RECIPES), sorted(RECIPES); "
-            "e = estimate(1e9, precision='fp8-deepseek-v3', optimizer='adamw'); "
-            "assert e.total == 13e9, e.total; print('ok')")
+    code = (
+        "import sys; from gputrain.memory import RECIPES, estimate; "
+        "assert 'gputrain.fp8' not in sys.modules; "
+        "assert {'fp8-autocast', 'fp8-deepseek-v3'} <= set(RECIPES), sorted(RECIPES); "
+        "e = estimate(1e9, precision='fp8-deepseek-v3', optimizer='adamw'); "
+        "assert e.total == 13e9, e.total; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -304,8 +322,9 @@ def test_estimated_peak_matches_mem_tracker_at_every_depth(precision, checkpoint
     errors = {}
     for depth in range(1, 9):
         peak, model = _mem_tracker_peak(precision, checkpointing, depth)
-        est = estimate(model, batch_size=2, precision=precision, optimizer="adamw",
-                       activation_checkpointing=checkpointing)
+        est = estimate(
+            model, batch_size=2, precision=precision, optimizer="adamw", activation_checkpointing=checkpointing
+        )
         errors[depth] = est.peak / peak - 1
     worst = max(errors.values(), key=abs)
     assert abs(worst) < 0.05, {d: f"{e:+.2%}" for d, e in errors.items()}

@@ -6,8 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gputrain.model import (GPT, MLP, GPTConfig, Perceptron, best_linear_accuracy, collapse_linear,
-                            count_params, gpt_num_params, trace_shapes)
+from gputrain.model import (
+    GPT,
+    MLP,
+    GPTConfig,
+    Perceptron,
+    best_linear_accuracy,
+    collapse_linear,
+    count_params,
+    gpt_num_params,
+    trace_shapes,
+)
 
 XOR_X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
 
@@ -22,8 +31,9 @@ def test_mlp_depth_and_activation(depth, activation):
     assert linears[0].in_features == 6 and linears[-1].out_features == 3
     x = torch.randn(4, 6)
     # the same computation written out with the functional API
-    act = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
-           "identity": lambda t: t}[activation]
+    act = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "identity": lambda t: t}[
+        activation
+    ]
     h = x
     for layer in linears[:-1]:
         h = act(F.linear(h, layer.weight, layer.bias))

@@ -23,12 +23,20 @@ CASES = [
     ("SGD", optim.SGD, torch.optim.SGD, dict(lr=0.05)),
     ("SGD+wd", optim.SGD, torch.optim.SGD, dict(lr=0.05, weight_decay=0.1)),
     ("Momentum", optim.Momentum, torch.optim.SGD, dict(lr=0.02, momentum=0.9)),
-    ("Momentum+damp+wd", optim.Momentum, torch.optim.SGD,
-     dict(lr=0.02, momentum=0.8, dampening=0.1, weight_decay=0.05)),
+    (
+        "Momentum+damp+wd",
+        optim.Momentum,
+        torch.optim.SGD,
+        dict(lr=0.02, momentum=0.8, dampening=0.1, weight_decay=0.05),
+    ),
     ("Nesterov+wd", optim.Momentum, torch.optim.SGD, dict(lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.05)),
     ("RMSprop", optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01)),
-    ("RMSprop+mom+centered+wd", optim.RMSprop, torch.optim.RMSprop,
-     dict(lr=0.005, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.05)),
+    (
+        "RMSprop+mom+centered+wd",
+        optim.RMSprop,
+        torch.optim.RMSprop,
+        dict(lr=0.005, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.05),
+    ),
     ("Adam", optim.Adam, torch.optim.Adam, dict(lr=0.01)),
     ("Adam+wd", optim.Adam, torch.optim.Adam, dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
     ("AdamW", optim.AdamW, torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
@@ -41,8 +49,12 @@ IDS = [c[0] for c in CASES]
 # parameters whose gradient appears late).  Ours is compared with each.
 IMPLS = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
 FUSED_OK = {"SGD", "SGD+wd", "Adam", "Adam+wd", "AdamW"}
-MATRIX = [pytest.param(*case, impl, id=f"{case[0]}-{impl}")
-          for case in CASES for impl in IMPLS if impl != "fused" or case[0] in FUSED_OK]
+MATRIX = [
+    pytest.param(*case, impl, id=f"{case[0]}-{impl}")
+    for case in CASES
+    for impl in IMPLS
+    if impl != "fused" or case[0] in FUSED_OK
+]
 
 
 def make_params(seed: int) -> list[torch.Tensor]:
@@ -72,8 +84,9 @@ def give_same_grads(a: list[torch.Tensor], b: list[torch.Tensor], step: int, see
         q.grad = None if g is None else g.to(q.device, copy=True)
 
 
-def run_side_by_side(ours_cls, theirs_cls, kwargs: dict, seed: int = 0, steps: int = STEPS,
-                     impl: str = "for-loop", device: str = "cpu"):
+def run_side_by_side(
+    ours_cls, theirs_cls, kwargs: dict, seed: int = 0, steps: int = STEPS, impl: str = "for-loop", device: str = "cpu"
+):
     """Step both optimizers; return the max |difference| of parameters over all steps."""
     mine = [p.detach().to(device).requires_grad_() for p in make_params(seed)]
     ref = [p.detach().clone().requires_grad_() for p in mine]
@@ -169,7 +182,7 @@ def test_closure_is_called_and_its_loss_returned():
 
     def closure():
         opt.zero_grad()
-        loss = (w ** 2).sum()
+        loss = (w**2).sum()
         loss.backward()
         return loss
 
@@ -203,8 +216,13 @@ def test_trains_a_real_model_like_torch():
 def test_state_bytes_adam_is_twice_the_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 10))
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    opts = {"SGD": (optim.SGD, 0), "Momentum": (optim.Momentum, 1), "RMSprop": (optim.RMSprop, 1),
-            "Adam": (optim.Adam, 2), "AdamW": (optim.AdamW, 2)}
+    opts = {
+        "SGD": (optim.SGD, 0),
+        "Momentum": (optim.Momentum, 1),
+        "RMSprop": (optim.RMSprop, 1),
+        "Adam": (optim.Adam, 2),
+        "AdamW": (optim.AdamW, 2),
+    }
     for name, (cls, copies) in opts.items():
         opt = cls(model.parameters(), lr=1e-3)
         model(torch.randn(4, 64)).sum().backward()
@@ -213,20 +231,23 @@ def test_state_bytes_adam_is_twice_the_parameters():
         model.zero_grad()
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda p: optim.SGD(p, lr=0.0), "lr=0.0 must be > 0"),
-    (lambda p: optim.Adam(p, lr=-1e-3), "lr=-0.001 must be > 0"),
-    (lambda p: optim.Momentum(p, lr=float("nan")), "must be > 0"),
-    (lambda p: optim.Adam(p, betas=(1.0, 0.999)), r"betas\[0\]=1.0 must be in \[0, 1\)"),
-    (lambda p: optim.AdamW(p, betas=(0.9, -0.1)), r"betas\[1\]=-0.1 must be in \[0, 1\)"),
-    (lambda p: optim.Adam(p, betas=(0.9,)), "must be a pair"),
-    (lambda p: optim.Adam(p, eps=-1e-8), "eps=-1e-08 must be >= 0"),
-    (lambda p: optim.AdamW(p, weight_decay=-0.01), "weight_decay=-0.01 must be >= 0"),
-    (lambda p: optim.SGD(p, lr=0.1, weight_decay=-1), "weight_decay=-1 must be >= 0"),
-    (lambda p: optim.RMSprop(p, alpha=1.5), r"alpha=1.5 must be in \[0, 1\)"),
-    (lambda p: optim.Momentum(p, lr=0.1, momentum=1.0), r"momentum=1.0 must be in \[0, 1\)"),
-    (lambda p: optim.Momentum(p, lr=0.1, momentum=0.9, dampening=0.5, nesterov=True), "nesterov=True needs"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda p: optim.SGD(p, lr=0.0), "lr=0.0 must be > 0"),
+        (lambda p: optim.Adam(p, lr=-1e-3), "lr=-0.001 must be > 0"),
+        (lambda p: optim.Momentum(p, lr=float("nan")), "must be > 0"),
+        (lambda p: optim.Adam(p, betas=(1.0, 0.999)), r"betas\[0\]=1.0 must be in \[0, 1\)"),
+        (lambda p: optim.AdamW(p, betas=(0.9, -0.1)), r"betas\[1\]=-0.1 must be in \[0, 1\)"),
+        (lambda p: optim.Adam(p, betas=(0.9,)), "must be a pair"),
+        (lambda p: optim.Adam(p, eps=-1e-8), "eps=-1e-08 must be >= 0"),
+        (lambda p: optim.AdamW(p, weight_decay=-0.01), "weight_decay=-0.01 must be >= 0"),
+        (lambda p: optim.SGD(p, lr=0.1, weight_decay=-1), "weight_decay=-1 must be >= 0"),
+        (lambda p: optim.RMSprop(p, alpha=1.5), r"alpha=1.5 must be in \[0, 1\)"),
+        (lambda p: optim.Momentum(p, lr=0.1, momentum=1.0), r"momentum=1.0 must be in \[0, 1\)"),
+        (lambda p: optim.Momentum(p, lr=0.1, momentum=0.9, dampening=0.5, nesterov=True), "nesterov=True needs"),
+    ],
+)
 def test_bad_input_raises_one_clear_error(make, match):
     with pytest.raises(ValueError, match=match) as info:
         make([torch.zeros(2, requires_grad=True)])
@@ -237,7 +258,7 @@ def test_descend_runs_side_by_side_equal_separate_runs():
     curv = torch.tensor([1.0, 10.0], dtype=torch.float64)
 
     def bowl(w):  # (n, 2) -> (n,)
-        return 0.5 * (curv * w ** 2).sum(-1)
+        return 0.5 * (curv * w**2).sum(-1)
 
     paths, losses = optim.descend(bowl, [1.0, 1.0], lambda g: optim.Adam(g), [0.1, 0.01], 20)
     alone, _ = optim.descend(bowl, [1.0, 1.0], lambda g: optim.Adam(g), [0.01], 20)

@@ -33,8 +33,19 @@ MAX_NOTEBOOK_BYTES = 1_500_000
 MAX_VISIBLE_LINES = 30
 FOLDED = ("hide-input", "hide-cell")
 # Chapters that have been through the reader's pass; the others join as they get theirs.
-CHAPTERS_WITH_EXERCISES = ["01_data", "02_forward", "03_loss", "04_backprop", "05_optimizers", "06_training",
-                           "07_memory_precision", "08_parallelism", "08b_parallelism_deeper", "09_experts", "10_fp8"]
+CHAPTERS_WITH_EXERCISES = [
+    "01_data",
+    "02_forward",
+    "03_loss",
+    "04_backprop",
+    "05_optimizers",
+    "06_training",
+    "07_memory_precision",
+    "08_parallelism",
+    "08b_parallelism_deeper",
+    "09_experts",
+    "10_fp8",
+]
 SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 
@@ -80,15 +91,21 @@ def test_notebook_is_under_the_size_limit(path):
     size = path.stat().st_size
     assert size < MAX_NOTEBOOK_BYTES, (
         f"{name(path)} is {size / 1e6:.2f} MB (limit {MAX_NOTEBOOK_BYTES / 1e6:.1f} MB): use fewer or smaller "
-        "animation frames, a lower dpi, gputrain.plots.compact_inline() (palette PNGs, JPEG photos)")
+        "animation frames, a lower dpi, gputrain.plots.compact_inline() (palette PNGs, JPEG photos)"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
 def test_no_visible_code_cell_is_longer_than_thirty_lines(path):
-    long = [(i, len(source(c).splitlines())) for i, c in enumerate(cells(path))
-            if c["cell_type"] == "code" and not folded(c) and len(source(c).splitlines()) > MAX_VISIBLE_LINES]
-    assert not long, (f"{name(path)}: visible code cells over {MAX_VISIBLE_LINES} lines (cell, lines): {long}; "
-                      "split them, or fold bookkeeping with the tag hide-input")
+    long = [
+        (i, len(source(c).splitlines()))
+        for i, c in enumerate(cells(path))
+        if c["cell_type"] == "code" and not folded(c) and len(source(c).splitlines()) > MAX_VISIBLE_LINES
+    ]
+    assert not long, (
+        f"{name(path)}: visible code cells over {MAX_VISIBLE_LINES} lines (cell, lines): {long}; "
+        "split them, or fold bookkeeping with the tag hide-input"
+    )
 
 
 def prose(text: str) -> str:
@@ -104,15 +121,25 @@ def test_the_word_seed_is_gone_from_the_pages(path):
     ``torch.manual_seed`` are real names a reader must be able to type.
     """
     if path.suffix == ".ipynb":
-        texts = [(f"cell {i} {where}", text) for i, c in enumerate(cells(path))
-                 for where, text in (("source", prose(source(c)) if c["cell_type"] == "markdown" else ""),
-                                     ("output", output_text(c)))]
+        texts = [
+            (f"cell {i} {where}", text)
+            for i, c in enumerate(cells(path))
+            for where, text in (
+                ("source", prose(source(c)) if c["cell_type"] == "markdown" else ""),
+                ("output", output_text(c)),
+            )
+        ]
     else:
         texts = [("", prose(path.read_text(encoding="utf-8")))]
-    found = [f"{where}: ...{text[max(0, m.start() - 30):m.end() + 20]!r}"
-             for where, text in texts for m in SEED.finditer(text)]
-    assert not found, (f"{name(path)}: cite the source articles by their titles, and call a fixed random "
-                       "start what it is, not a 'seed':\n" + "\n".join(found[:20]))
+    found = [
+        f"{where}: ...{text[max(0, m.start() - 30) : m.end() + 20]!r}"
+        for where, text in texts
+        for m in SEED.finditer(text)
+    ]
+    assert not found, (
+        f"{name(path)}: cite the source articles by their titles, and call a fixed random "
+        "start what it is, not a 'seed':\n" + "\n".join(found[:20])
+    )
 
 
 def test_the_seed_check_can_fail():
@@ -125,28 +152,38 @@ def test_the_seed_check_can_fail():
 def exercise_blocks(path: Path) -> tuple[list[dict], list[dict]]:
     """The cells after the chapter's '## Exercises' heading, and the cells before it."""
     cs = cells(path)
-    heads = [i for i, c in enumerate(cs) if c["cell_type"] == "markdown"
-             and re.match(r"##\s+Exercises\s*$", source(c).splitlines()[0] if source(c) else "")]
+    heads = [
+        i
+        for i, c in enumerate(cs)
+        if c["cell_type"] == "markdown"
+        and re.match(r"##\s+Exercises\s*$", source(c).splitlines()[0] if source(c) else "")
+    ]
     assert len(heads) == 1, f"{name(path)}: expected one '## Exercises' section, found {len(heads)}"
-    return cs[heads[0] + 1:], cs[:heads[0]]
+    return cs[heads[0] + 1 :], cs[: heads[0]]
 
 
 @pytest.mark.parametrize("stem", CHAPTERS_WITH_EXERCISES)
 def test_chapter_ends_with_exercises_and_checked_solutions(stem):
     path = ROOT / "chapters" / f"{stem}.ipynb"
     after, _ = exercise_blocks(path)
-    numbers = [int(m.group(1)) for c in after if c["cell_type"] == "markdown"
-               for m in [re.match(r"\*\*Exercise (\d+)\.\*\* \S", source(c))] if m]
+    numbers = [
+        int(m.group(1))
+        for c in after
+        if c["cell_type"] == "markdown"
+        for m in [re.match(r"\*\*Exercise (\d+)\.\*\* \S", source(c))]
+        if m
+    ]
     assert 4 <= len(numbers) <= 6, f"{stem}: {len(numbers)} exercises, the book asks for 4 to 6"
     assert numbers == list(range(1, len(numbers) + 1)), f"{stem}: exercises numbered {numbers}"
     for n in numbers:
         q = next(i for i, c in enumerate(after) if source(c).startswith(f"**Exercise {n}.** "))
         solution, check = after[q + 1], after[q + 2]
         assert solution["cell_type"] == "markdown" and re.match(
-            rf"````\{{admonition\}} Solution to exercise {n}\n:class: dropdown\n", source(solution)), \
-            f"{stem}, exercise {n}: the next cell must be a dropdown admonition 'Solution to exercise {n}'"
-        assert check["cell_type"] == "code" and "hide-cell" in tags(check), \
+            rf"````\{{admonition\}} Solution to exercise {n}\n:class: dropdown\n", source(solution)
+        ), f"{stem}, exercise {n}: the next cell must be a dropdown admonition 'Solution to exercise {n}'"
+        assert check["cell_type"] == "code" and "hide-cell" in tags(check), (
             f"{stem}, exercise {n}: the solution must be followed by a code cell tagged hide-cell"
+        )
         code = source(check)
         assert code.startswith(f"# Check for exercise {n}\n"), f"{stem}, exercise {n}: the check must say so first"
         assert re.search(r"^\s*assert\b", code, re.M), f"{stem}, exercise {n}: the check asserts nothing"
@@ -168,20 +205,22 @@ def test_every_figure_has_a_numbered_caption_and_is_referred_to(stem):
             assert images(c) == 1, f"{stem} cell {i}: {images(c)} images in one cell; one figure per cell"
             assert figure, f"{stem} cell {i} draws a figure without mystnb.figure metadata (caption and name)"
         if figure:
-            assert re.fullmatch(rf"fig-{stem.split('_')[0]}-[a-z0-9-]+", figure.get("name", "")), \
+            assert re.fullmatch(rf"fig-{stem.split('_')[0]}-[a-z0-9-]+", figure.get("name", "")), (
                 f"{stem} cell {i}: figure name {figure.get('name')!r} is not fig-{stem.split('_')[0]}-<slug>"
+            )
             caption = figure.get("caption", "")
-            assert caption.count(". ") >= 1 and caption.endswith("."), \
+            assert caption.count(". ") >= 1 and caption.endswith("."), (
                 f"{stem} cell {i}: the caption says what it shows, then its takeaway, in sentences: {caption!r}"
+            )
             names.append(figure["name"])
         html = output_text(c)
         if ("<script" in html and "Animation" in html) or 'class="gt-switcher"' in html:  # a player or a slider
             # MyST-NB wraps any display output in a numbered figure, so a caption in the metadata
             # ("Interactive: ...") is preferred; a markdown caption right below is accepted too
             below = source(cs[i + 1]) if i + 1 < len(cs) else ""
-            assert (figure and figure.get("caption", "").startswith("Interactive: ")) \
-                or below.startswith("**Figure (interactive).** "), \
-                f"{stem} cell {i}: an interactive figure needs a caption: mystnb.figure 'Interactive: ...'"
+            assert (figure and figure.get("caption", "").startswith("Interactive: ")) or below.startswith(
+                "**Figure (interactive).** "
+            ), f"{stem} cell {i}: an interactive figure needs a caption: mystnb.figure 'Interactive: ...'"
     assert len(set(names)) == len(names), f"{stem}: figure names repeat"
     unreferenced = [n for n in names if f"{{numref}}`{n}`" not in prose]
     assert not unreferenced, f"{stem}: figures never referred to by number in the prose: {unreferenced}"

@@ -43,8 +43,18 @@ def train_through_accelerate(fsdp: bool) -> dict:
     """gputrain.train on this rank, with or without Accelerate's FSDP2 plugin; the bytes it holds."""
     from gputrain.train import TrainConfig, train
 
-    cfg = TrainConfig(fsdp=fsdp, max_steps=5, warmup_steps=0, eval_interval=0, progress=False, n_layer=2,
-                      n_embd=64, batch_size=8, corpus_bytes=100_000, seed=0)
+    cfg = TrainConfig(
+        fsdp=fsdp,
+        max_steps=5,
+        warmup_steps=0,
+        eval_interval=0,
+        progress=False,
+        n_layer=2,
+        n_embd=64,
+        batch_size=8,
+        corpus_bytes=100_000,
+        seed=0,
+    )
     result = train(cfg)
     params = list(result.model.parameters())
     local = sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params)

@@ -42,8 +42,7 @@ def test_launch_returns_values_and_output_in_rank_order(capsys):
     results = launch(report_rank, 3, 10)
     assert list(results) == [0, 10, 20]
     shown = capsys.readouterr().out.strip().split("\n")
-    assert shown == [f"[rank {r}] {line}" for r in range(3)
-                     for line in (f"rank {r} of 3 sees sum 6", "second line")]
+    assert shown == [f"[rank {r}] {line}" for r in range(3) for line in (f"rank {r} of 3 sees sum 6", "second line")]
     assert results.outputs[2] == "rank 2 of 3 sees sum 6\nsecond line\n"
 
 

@@ -5,8 +5,7 @@ from fractions import Fraction
 import pytest
 
 from gputrain.parallel import launch
-from gputrain.parallel.pipeline import (bubble_fraction, pipeline_check, schedule_1f1b, schedule_gpipe,
-                                        split_layers)
+from gputrain.parallel.pipeline import bubble_fraction, pipeline_check, schedule_1f1b, schedule_gpipe, split_layers
 
 GRID = [(p, m) for p in range(1, 7) for m in range(1, 11)]
 

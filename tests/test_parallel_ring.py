@@ -5,19 +5,27 @@ import torch
 import torch.distributed as dist
 
 from gputrain.parallel import LaunchError, launch
-from gputrain.parallel.ring import (chunk_bounds, parameter_server_traffic_bytes, ring_all_reduce,
-                                    ring_all_reduce_time, ring_traffic_bytes, traffic_survey)
+from gputrain.parallel.ring import (
+    chunk_bounds,
+    parameter_server_traffic_bytes,
+    ring_all_reduce,
+    ring_all_reduce_time,
+    ring_traffic_bytes,
+    traffic_survey,
+)
 
 
 def ring_on_awkward_tensors(seed: int) -> int:
     """Shapes, layouts and dtypes the ring must handle, each checked against dist.all_reduce."""
     n, rank = dist.get_world_size(), dist.get_rank()
     g = torch.Generator().manual_seed(seed + rank)
-    cases = [torch.randn(n, generator=g),  # exactly one element per chunk
-             torch.randn(3, 7, generator=g),  # 2-D, odd length 21
-             torch.randn(5, 6, generator=g).t(),  # not contiguous
-             torch.randn(13, generator=g, dtype=torch.float64),
-             torch.randint(-100, 100, (11,), generator=g)]  # integers: exact
+    cases = [
+        torch.randn(n, generator=g),  # exactly one element per chunk
+        torch.randn(3, 7, generator=g),  # 2-D, odd length 21
+        torch.randn(5, 6, generator=g).t(),  # not contiguous
+        torch.randn(13, generator=g, dtype=torch.float64),
+        torch.randint(-100, 100, (11,), generator=g),
+    ]  # integers: exact
     for x in cases:
         expected, mine = x.clone(), x.clone()
         dist.all_reduce(expected)

@@ -6,8 +6,7 @@ import pytest
 
 from gputrain.parallel import launch
 from gputrain.parallel.pipeline import schedule_1f1b
-from gputrain.parallel.schedules import (bubble_formula, schedule_dualpipe, schedule_interleaved,
-                                         schedule_zb_h1)
+from gputrain.parallel.schedules import bubble_formula, schedule_dualpipe, schedule_interleaved, schedule_zb_h1
 from gputrain.parallel.zero_bubble import zb_check
 
 

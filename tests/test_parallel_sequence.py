@@ -4,8 +4,7 @@ import pytest
 
 from gputrain.memory import korthikanti_activations
 from gputrain.parallel import LaunchError, launch
-from gputrain.parallel.sequence import (block_check, korthikanti_per_layer, saved_activation_bytes,
-                                        torch_tp_check)
+from gputrain.parallel.sequence import block_check, korthikanti_per_layer, saved_activation_bytes, torch_tp_check
 
 
 def split_six_heads() -> None:

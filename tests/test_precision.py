@@ -5,8 +5,7 @@ import copy
 import pytest
 import torch
 
-from gputrain.precision import (FORMATS, DynamicLossScaler, MasterWeights, bit_fields, get_format,
-                                round_to_format)
+from gputrain.precision import FORMATS, DynamicLossScaler, MasterWeights, bit_fields, get_format, round_to_format
 
 DTYPE_FORMATS = [name for name, f in FORMATS.items() if f.dtype is not None]
 
@@ -60,8 +59,7 @@ def test_round_to_format_matches_bf16_on_random_bit_patterns():
     g = torch.Generator().manual_seed(1)
     bits = torch.randint(-(2**31), 2**31 - 1, (50_000,), generator=g, dtype=torch.int64).to(torch.int32)
     x = bits.view(torch.float32)
-    torch.testing.assert_close(round_to_format(x, "bf16"), x.to(torch.bfloat16).float(),
-                               rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(round_to_format(x, "bf16"), x.to(torch.bfloat16).float(), rtol=0, atol=0, equal_nan=True)
 
 
 def test_bit_fields():
@@ -81,8 +79,27 @@ def test_unknown_format_is_a_clear_error():
 
 def _grad_sequence():
     """Per-step gradient multipliers: finite, overflowing (inf), and NaN steps."""
-    return [1.0, 1.0, float("inf"), 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 1.0, 1.0, 1.0,
-            float("inf"), float("inf"), 1.0, 1.0, 1.0, 1.0, 1.0]
+    return [
+        1.0,
+        1.0,
+        float("inf"),
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        float("nan"),
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        float("inf"),
+        float("inf"),
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ]
 
 
 def test_dynamic_loss_scaler_matches_grad_scaler():

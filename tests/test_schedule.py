@@ -86,18 +86,21 @@ def test_lambda_lr_applies_the_multiplier():
     assert used == pytest.approx([BASE_LR * f(k) for k in range(50)], abs=1e-15)
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: warmup_cosine(100, 150), "warmup_steps=150 exceeds total_steps=100"),
-    (lambda: warmup_constant(20, total_steps=10), "warmup_steps=20 exceeds total_steps=10"),
-    (lambda: warmup_cosine(0), "total_steps=0 must be >= 1"),
-    (lambda: warmup_cosine(100, -1), "warmup_steps=-1 must be >= 0"),
-    (lambda: warmup_cosine(100, 10, min_ratio=1.5), r"min_ratio=1.5 must be in \[0, 1\]"),
-    (lambda: warmup_constant(-2), "warmup_steps=-2 must be >= 0"),
-    (lambda: cyclic(0), "total_steps=0 must be >= 1"),
-    (lambda: cyclic(10, cycle_mult=0), "cycle_mult=0 must be a whole number"),
-    (lambda: cyclic(10, cycle_mult=1.5), "cycle_mult=1.5 must be a whole number"),
-    (lambda: warmup_cosine(10)(-1), "step=-1 must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: warmup_cosine(100, 150), "warmup_steps=150 exceeds total_steps=100"),
+        (lambda: warmup_constant(20, total_steps=10), "warmup_steps=20 exceeds total_steps=10"),
+        (lambda: warmup_cosine(0), "total_steps=0 must be >= 1"),
+        (lambda: warmup_cosine(100, -1), "warmup_steps=-1 must be >= 0"),
+        (lambda: warmup_cosine(100, 10, min_ratio=1.5), r"min_ratio=1.5 must be in \[0, 1\]"),
+        (lambda: warmup_constant(-2), "warmup_steps=-2 must be >= 0"),
+        (lambda: cyclic(0), "total_steps=0 must be >= 1"),
+        (lambda: cyclic(10, cycle_mult=0), "cycle_mult=0 must be a whole number"),
+        (lambda: cyclic(10, cycle_mult=1.5), "cycle_mult=1.5 must be a whole number"),
+        (lambda: warmup_cosine(10)(-1), "step=-1 must be >= 0"),
+    ],
+)
 def test_bad_input_raises_one_clear_error(make, match):
     with pytest.raises(ValueError, match=match) as info:
         make()

@@ -24,8 +24,15 @@ SHOTS = ROOT / "_build" / "screenshots"
 sys.path.insert(0, str(ROOT / "book" / "tools"))
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Generous limits for each wait in a page: on a busy machine a heavy chapter page takes tens of seconds.
 WAIT_MS = 120_000
@@ -118,8 +125,14 @@ def _open(browser, url_path: str):
     page = context.new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
     # a local file the page asks for but the site lacks (a font, a script chunk) is an error too
-    page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}")
-            if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"HTTP {r.status}: {r.url}")
+            if r.status >= 400 and not r.url.endswith("/favicon.ico")
+            else None
+        ),
+    )
     # Requests in flight, so that none is still pending (and its failure unrecorded) when the checks run.
     pending: set = set()
     page.on("request", lambda r: pending.add(r))
@@ -170,12 +183,15 @@ def test_figures_load_and_widgets_render(browser, site):
         n_widgets = page.evaluate("document.querySelectorAll('.jupyter-widgets').length")
         assert n_widgets >= 1, rel
         images = page.evaluate(
-            "Array.from(document.querySelectorAll('img')).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])")
+            "Array.from(document.querySelectorAll('img'))"
+            ".map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])"
+        )
         broken = [src for src, ok in images if not ok]
         assert not broken, f"{rel}: images that did not load: {broken}"
         _wait_for_math(page)
         untypeset = page.evaluate(
-            "Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length")
+            "Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length"
+        )
         assert untypeset == 0, f"{rel}: {untypeset} formulas were not typeset"
         page.screenshot(path=str(SHOTS / (path.stem + ".png")), full_page=False)
         assert not blocked, f"{rel}: requests left the site: {blocked}"
@@ -188,7 +204,9 @@ def test_every_chapter_has_its_figures(browser, site):
         rel = path.relative_to(site).as_posix()
         page, blocked, errors = _open(browser, rel)
         images = page.evaluate(
-            "Array.from(document.querySelectorAll('.cell_output img, .output img')).map(i => i.complete && i.naturalWidth > 0)")
+            "Array.from(document.querySelectorAll('.cell_output img, .output img'))"
+            ".map(i => i.complete && i.naturalWidth > 0)"
+        )
         assert all(images), f"{rel}: {images.count(False)} images did not load"
         assert not blocked, f"{rel}: requests left the site: {blocked}"
         assert not errors, f"{rel}: {errors}"
@@ -200,8 +218,11 @@ MAX_PAGE_BYTES = 1_200_000  # the reader's pass (issue 14): a page a phone can l
 def test_no_built_page_is_heavier_than_the_limit(site):
     """Every built HTML page, its embedded figures included, stays under 1.2 MB; captioned
     figures in the chapters that have had the reader's pass are numbered "Figure N.M"."""
-    heavy = {p.relative_to(site).as_posix(): p.stat().st_size for p in site.rglob("*.html")
-             if p.stat().st_size > MAX_PAGE_BYTES}
+    heavy = {
+        p.relative_to(site).as_posix(): p.stat().st_size
+        for p in site.rglob("*.html")
+        if p.stat().st_size > MAX_PAGE_BYTES
+    }
     assert not heavy, f"pages over {MAX_PAGE_BYTES / 1e6:.1f} MB (bytes): {heavy}"
     for n, stem in enumerate(("01_data", "02_forward", "03_loss", "04_backprop", "05_optimizers"), 1):
         text = (site / "chapters" / f"{stem}.html").read_text(encoding="utf-8")

@@ -62,13 +62,16 @@ def test_tiny_gpt_loss_falls():
     assert result.val_losses[-1][1] < result.val_losses[0][1] + 0.5
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"lr": -1.0}, "lr must be a positive"),
-    ({"batch_size": 0}, "batch_size must be >= 1"),
-    ({"n_embd": 30, "n_head": 4}, "not divisible by n_head"),
-    ({"warmup_steps": 500, "max_steps": 100}, "exceeds max_steps"),
-    ({"mixed_precision": "fp4"}, "mixed_precision='fp4' is not one of"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"lr": -1.0}, "lr must be a positive"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"n_embd": 30, "n_head": 4}, "not divisible by n_head"),
+        ({"warmup_steps": 500, "max_steps": 100}, "exceeds max_steps"),
+        ({"mixed_precision": "fp4"}, "mixed_precision='fp4' is not one of"),
+    ],
+)
 def test_bad_config_one_clear_error(bad, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**bad)

@@ -9,13 +9,22 @@ import scipy.stats
 import torch
 import torch.nn as nn
 
-from gputrain.train import checkpoint as C
 from gputrain import train as T
 from gputrain.train import SpikeDetector
+from gputrain.train import checkpoint as C
 
 # A model small enough that a step takes milliseconds on a loaded CPU.
-SMALL = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=40_000,
-             warmup_steps=2, eval_interval=0, progress=False)
+SMALL = dict(
+    n_layer=1,
+    n_head=2,
+    n_embd=32,
+    block_size=32,
+    batch_size=8,
+    corpus_bytes=40_000,
+    warmup_steps=2,
+    eval_interval=0,
+    progress=False,
+)
 
 
 def small(**overrides) -> T.TrainConfig:
@@ -55,26 +64,29 @@ def test_unknown_preset_names_the_choices():
         T.preset_config("huge")
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"lr": float("nan")}, "lr must be a positive"),
-    ({"n_layer": 2.5}, "n_layer must be a int"),
-    ({"compile": 1}, "compile must be a bool"),
-    ({"grad_accum_steps": 0}, "grad_accum_steps must be >= 1"),
-    ({"seq_len": 65, "block_size": 64}, "seq_len=65 exceeds the model's context block_size=64"),
-    ({"vocab_size": 100}, "too small for bytes"),
-    ({"val_fraction": 1.0}, "val_fraction must be in"),
-    ({"schedule": "triangle"}, "schedule='triangle' is not one of: cosine, constant, linear, wsd, cosine-restarts"),
-    ({"optimizer": "adagrad"}, "optimizer='adagrad' is not one of: adamw, adam, sgd, momentum, lion"),
-    ({"mixed_precision": "int8"}, "mixed_precision='int8' is not one of: no, bf16, fp16, fp8"),
-    ({"beta2": 1.0}, "beta2 must be in"),
-    ({"decay_fraction": 0.0}, "decay_fraction must be in"),
-    ({"dropout": 1.0}, "dropout must be in"),
-    ({"patience": 3, "eval_interval": 0}, "patience needs validation passes"),
-    ({"checkpoint_interval": 10}, "needs a checkpoint_dir"),
-    ({"spike_window": 1}, "spike_window must be 0"),
-    ({"spike_threshold": 0.0}, "spike_threshold must be > 0"),
-    ({"tensorboard": True}, "tensorboard needs a log_dir"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"lr": float("nan")}, "lr must be a positive"),
+        ({"n_layer": 2.5}, "n_layer must be a int"),
+        ({"compile": 1}, "compile must be a bool"),
+        ({"grad_accum_steps": 0}, "grad_accum_steps must be >= 1"),
+        ({"seq_len": 65, "block_size": 64}, "seq_len=65 exceeds the model's context block_size=64"),
+        ({"vocab_size": 100}, "too small for bytes"),
+        ({"val_fraction": 1.0}, "val_fraction must be in"),
+        ({"schedule": "triangle"}, "schedule='triangle' is not one of: cosine, constant, linear, wsd, cosine-restarts"),
+        ({"optimizer": "adagrad"}, "optimizer='adagrad' is not one of: adamw, adam, sgd, momentum, lion"),
+        ({"mixed_precision": "int8"}, "mixed_precision='int8' is not one of: no, bf16, fp16, fp8"),
+        ({"beta2": 1.0}, "beta2 must be in"),
+        ({"decay_fraction": 0.0}, "decay_fraction must be in"),
+        ({"dropout": 1.0}, "dropout must be in"),
+        ({"patience": 3, "eval_interval": 0}, "patience needs validation passes"),
+        ({"checkpoint_interval": 10}, "needs a checkpoint_dir"),
+        ({"spike_window": 1}, "spike_window must be 0"),
+        ({"spike_threshold": 0.0}, "spike_threshold must be > 0"),
+        ({"tensorboard": True}, "tensorboard needs a log_dir"),
+    ],
+)
 def test_each_bad_field_one_clear_error(bad, message):
     with pytest.raises(ValueError, match=message) as err:
         T.TrainConfig(**bad)
@@ -138,11 +150,14 @@ def test_tensorboard_without_the_package_is_one_clear_error(tmp_path, monkeypatc
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only errors")
-@pytest.mark.parametrize("overrides, message", [
-    ({"mixed_precision": "fp16"}, "needs a CUDA GPU"),
-    ({"mixed_precision": "fp8"}, "needs an FP8 GPU"),
-    ({"fsdp": True}, "fsdp=True needs CUDA GPUs"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"mixed_precision": "fp16"}, "needs a CUDA GPU"),
+        ({"mixed_precision": "fp8"}, "needs an FP8 GPU"),
+        ({"fsdp": True}, "fsdp=True needs CUDA GPUs"),
+    ],
+)
 def test_hardware_the_cpu_lacks_is_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         T.train(small(max_steps=2, **overrides))
@@ -273,8 +288,9 @@ def test_non_finite_steps_in_a_row_stop_the_run_with_the_checkpoint_intact(tmp_p
         x, y = batch
         return (x * float("nan"), y) if step > 6 else (x, y)
 
-    cfg = small(max_steps=20, batch_size=8, max_bad_steps=3, checkpoint_dir=str(tmp_path), checkpoint_interval=5,
-                spike_window=0)
+    cfg = small(
+        max_steps=20, batch_size=8, max_bad_steps=3, checkpoint_dir=str(tmp_path), checkpoint_interval=5, spike_window=0
+    )
     with pytest.raises(T.TrainingDiverged, match=r"3 steps in a row .* \(up to step 9\).*step_00000005"):
         T.train(cfg, batch_hook=hook, **regression())
     ckpt = C.read_checkpoint(tmp_path)
@@ -295,8 +311,17 @@ def test_spike_is_detected_and_can_be_skipped():
 
 def test_early_stopping_restores_the_best_weights():
     # 3 KB of text, a high constant rate, validation every 4 steps: it stops within a few dozen
-    cfg = small(corpus_bytes=3_000, max_steps=200, lr=2e-2, eval_interval=4, patience=2,
-                warmup_steps=0, schedule="constant", weight_decay=0.0, eval_batches=2)
+    cfg = small(
+        corpus_bytes=3_000,
+        max_steps=200,
+        lr=2e-2,
+        eval_interval=4,
+        patience=2,
+        warmup_steps=0,
+        schedule="constant",
+        weight_decay=0.0,
+        eval_batches=2,
+    )
     result = T.train(cfg)
     assert result.stopped_early and result.steps < 200
     vals = dict(result.val_losses)
@@ -331,8 +356,10 @@ def test_plot_history_from_result_and_csv(tmp_path):
         x, y = batch
         return (x, torch.full_like(y, 7)) if step == 25 else (x, y)
 
-    result = T.train(small(max_steps=28, spike_window=20, eval_interval=14, skip_spikes=True,
-                           log_dir=str(tmp_path)), batch_hook=corrupt)
+    result = T.train(
+        small(max_steps=28, spike_window=20, eval_interval=14, skip_spikes=True, log_dir=str(tmp_path)),
+        batch_hook=corrupt,
+    )
     assert result.spikes and result.skipped == result.spikes  # a skipped spike counts as both
     history = T.read_history(tmp_path / "metrics.csv")
     assert T.event_steps(zip(history["step"], history["event"])) == (result.skipped, result.spikes)
@@ -353,7 +380,7 @@ def test_spike_score_is_scipys_robust_z():
     values = (3.0 + 0.1 * torch.randn(200, generator=g)).tolist()
     det = SpikeDetector(window=50, threshold=6.0)
     for i, v in enumerate(values):
-        window = values[max(0, i - 50):i]
+        window = values[max(0, i - 50) : i]
         if len(window) >= det.min_history:
             med = float(np.median(window))
             mad = scipy.stats.median_abs_deviation(window, scale="normal")  # 1.4826 * MAD
@@ -418,11 +445,47 @@ def test_fsdp2_through_accelerate_on_gpus(tmp_path):
     import sys
 
     n = min(2, torch.cuda.device_count())
-    flags = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "32", "--batch-size", "8",
-             "--corpus-bytes", "60000", "--warmup-steps", "2", "--max-steps", "20", "--eval-interval", "10",
-             "--fsdp", "--no-progress", "--log-dir", str(tmp_path)]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(n), "-m", "gputrain", "train", *flags], capture_output=True, text=True, timeout=600)
+    flags = [
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "64",
+        "--block-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--corpus-bytes",
+        "60000",
+        "--warmup-steps",
+        "2",
+        "--max-steps",
+        "20",
+        "--eval-interval",
+        "10",
+        "--fsdp",
+        "--no-progress",
+        "--log-dir",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(n),
+            "-m",
+            "gputrain",
+            "train",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     losses = T.read_history(tmp_path / "metrics.csv")["loss"]
     assert len(losses) == 20 and sum(losses[-3:]) < sum(losses[:3]) - 3 * 0.5

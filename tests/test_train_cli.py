@@ -1,28 +1,57 @@
 """`gputrain train` from the command line: bad input, resume, and a real 2-process launch."""
 
-
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from gputrain.train import checkpoint as C
-from gputrain import train as T
-from gputrain.cli import main
 from helpers import snapshot
 
-FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--batch-size", "8",
-         "--corpus-bytes", "30000", "--warmup-steps", "2", "--eval-interval", "0", "--no-progress"]
+from gputrain import train as T
+from gputrain.cli import main
+from gputrain.train import checkpoint as C
+
+FLAGS = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "32",
+    "--block-size",
+    "32",
+    "--batch-size",
+    "8",
+    "--corpus-bytes",
+    "30000",
+    "--warmup-steps",
+    "2",
+    "--eval-interval",
+    "0",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A finished run with a checkpoint and a log, which the bad calls below must leave alone."""
     root = tmp_path_factory.mktemp("run")
-    assert main(["train", *FLAGS, "--max-steps", "4", "--checkpoint-dir", str(root / "ckpt"),
-                 "--log-dir", str(root / "log")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *FLAGS,
+                "--max-steps",
+                "4",
+                "--checkpoint-dir",
+                str(root / "ckpt"),
+                "--log-dir",
+                str(root / "log"),
+            ]
+        )
+        == 0
+    )
     (root / "empty.txt").write_text("")
     corrupt = root / "corrupt"
     shutil.copytree(root / "ckpt", corrupt)
@@ -38,8 +67,16 @@ def bad_calls(root: Path) -> dict[str, list[str]]:
         "empty corpus": ["--data", str(root / "empty.txt"), "--log-dir", log],
         "sequence longer than the context": ["--seq-len", "64", "--log-dir", log],
         "unknown preset": ["--preset", "gpt5", "--log-dir", log],
-        "checkpoint of another shape": ["--n-embd", "64", "--resume-from", ckpt, "--checkpoint-dir", ckpt,
-                                        "--log-dir", log],
+        "checkpoint of another shape": [
+            "--n-embd",
+            "64",
+            "--resume-from",
+            ckpt,
+            "--checkpoint-dir",
+            ckpt,
+            "--log-dir",
+            log,
+        ],
         "corrupt checkpoint": ["--resume-from", str(root / "corrupt"), "--checkpoint-dir", ckpt, "--log-dir", log],
         "fresh run into a used directory": ["--checkpoint-dir", ckpt],
     }
@@ -94,14 +131,46 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
     flags = [f for f in FLAGS if f != "--no-progress"] + ["--max-steps", "10", "--eval-interval", "5"]
     flags[flags.index("--batch-size") + 1] = "4"
     proc = subprocess.run(
-        [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-         "no", "--dynamo_backend", "no", "-m", "gputrain", "train", *flags, "--log-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
+        [
+            accelerate,
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "-m",
+            "gputrain",
+            "train",
+            *flags,
+            "--log-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("trained 10 steps") == 1  # the summary comes from the main process only
     two = T.read_history(tmp_path / "metrics.csv")
-    one = T.train(T.TrainConfig(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8, corpus_bytes=30_000,
-                                warmup_steps=2, max_steps=10, eval_interval=5, progress=False))
+    one = T.train(
+        T.TrainConfig(
+            n_layer=1,
+            n_head=2,
+            n_embd=32,
+            block_size=32,
+            batch_size=8,
+            corpus_bytes=30_000,
+            warmup_steps=2,
+            max_steps=10,
+            eval_interval=5,
+            progress=False,
+        )
+    )
     assert two["loss"] == pytest.approx(one.losses, rel=1e-4)
     assert [v for v in two["val_loss"] if v == v] == pytest.approx([v for _, v in one.val_losses], rel=1e-4)
     assert two["loss"][-1] < two["loss"][0] - 0.5  # and it did learn

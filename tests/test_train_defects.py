@@ -2,14 +2,30 @@
 
 import pytest
 import torch
+from helpers import run_cli, snapshot
 
 from gputrain.data import TokenDataset
 from gputrain.model import GPT, GPTConfig
 from gputrain.train import CheckpointError, TrainConfig, train
-from helpers import run_cli, snapshot
 
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
-        "--corpus-bytes", "20000", "--warmup-steps", "0", "--eval-interval", "0"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "4",
+    "--corpus-bytes",
+    "20000",
+    "--warmup-steps",
+    "0",
+    "--eval-interval",
+    "0",
+]
 
 
 @pytest.mark.parametrize("flag", ["--checkpoint-dir", "--log-dir"])
@@ -54,8 +70,17 @@ def test_resuming_with_another_optimizer_is_refused(tmp_path):
 
 def test_no_progress_prints_one_summary_line_and_quiet_prints_nothing(tmp_path):
     """k: --no-progress used to print nothing at all at the end of a run."""
-    out = run_cli("train", *TINY, "--max-steps", "3", "--no-progress", "--log-dir", str(tmp_path / "log"),
-                  "--checkpoint-dir", str(tmp_path / "ckpt"))
+    out = run_cli(
+        "train",
+        *TINY,
+        "--max-steps",
+        "3",
+        "--no-progress",
+        "--log-dir",
+        str(tmp_path / "log"),
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trained 3 steps")

@@ -18,18 +18,60 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
-        "--corpus-bytes", "20000", "--warmup-steps", "0", "--eval-interval", "0"]
-BENCH = ["--preset", "cpu", "--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "2",
-         "--big-batch-size", "4", "--steps", "1", "--rounds", "1", "--warmup", "1", "--rungs", "fp32",
-         "--no-measured-peak", "--loop-overhead", "--loop-steps", "2", "--loop-rounds", "1"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "4",
+    "--corpus-bytes",
+    "20000",
+    "--warmup-steps",
+    "0",
+    "--eval-interval",
+    "0",
+]
+BENCH = [
+    "--preset",
+    "cpu",
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "32",
+    "--block-size",
+    "32",
+    "--batch-size",
+    "2",
+    "--big-batch-size",
+    "4",
+    "--steps",
+    "1",
+    "--rounds",
+    "1",
+    "--warmup",
+    "1",
+    "--rungs",
+    "fp32",
+    "--no-measured-peak",
+    "--loop-overhead",
+    "--loop-steps",
+    "2",
+    "--loop-rounds",
+    "1",
+]
 
 
 def _git_status() -> str:
     if not (REPO / ".git").exists() or shutil.which("git") is None:
         return ""
-    return subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"], capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +79,41 @@ def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel")
     source = root / "companion"
     shutil.copytree(REPO / "companion", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-q", "-w", str(root / "dist"), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(root / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = next((root / "dist").glob("gputrain-*.whl"))
     env_dir = root / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)  # ensurepip: offline
     python = env_dir / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # installed by the new environment's own pip: this one would uninstall the editable gputrain first
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     # torch, accelerate, ... come from this environment's site-packages: a path line, so its .pth
     # files (such as the editable install pointing at the checkout) are not processed
     (site / "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
@@ -64,7 +130,11 @@ def run(installed, *args, timeout=600):
 
 
 def test_the_installed_wheel_is_what_runs(installed):
-    out = run(installed, "-c", "import gputrain, json, sys; print(json.dumps([gputrain.__file__, gputrain.__version__, sys.path]))")
+    out = run(
+        installed,
+        "-c",
+        "import gputrain, json, sys; print(json.dumps([gputrain.__file__, gputrain.__version__, sys.path]))",
+    )
     assert out.returncode == 0, out.stderr
     where, version, path = json.loads(out.stdout)
     assert Path(where).is_relative_to(installed[0].parents[1]) and version == "0.1.0"
@@ -75,12 +145,14 @@ def test_the_installed_wheel_is_what_runs(installed):
 def test_every_subcommand_runs_from_the_wheel_outside_the_repository(installed):
     before = _git_status()
     python, work = installed
-    steps = [("info", "--json"),
-             ("train", *TINY, "--max-steps", "4", "--checkpoint-dir", "ckpt", "--log-dir", "log", "--no-progress"),
-             ("sample", "--checkpoint", "ckpt", "--prompt", "def ", "--tokens", "20"),
-             ("eval", "--checkpoint", "ckpt", "--max-batches", "2", "--batch-size", "4"),
-             ("memory", "--precision", "fp8-deepseek-v3", "--model", "gpt2-small"),
-             ("bench", *BENCH)]
+    steps = [
+        ("info", "--json"),
+        ("train", *TINY, "--max-steps", "4", "--checkpoint-dir", "ckpt", "--log-dir", "log", "--no-progress"),
+        ("sample", "--checkpoint", "ckpt", "--prompt", "def ", "--tokens", "20"),
+        ("eval", "--checkpoint", "ckpt", "--max-batches", "2", "--batch-size", "4"),
+        ("memory", "--precision", "fp8-deepseek-v3", "--model", "gpt2-small"),
+        ("bench", *BENCH),
+    ]
     for args in steps:
         out = run(installed, "-m", "gputrain", *args)
         assert out.returncode == 0, f"gputrain {args[0]}: {out.stderr[-2000:]}"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from gputrain.results import write_result
 from gputrain.loss import compare_head_memory
+from gputrain.results import write_result
 
 
 def main() -> None:
@@ -31,11 +31,21 @@ def main() -> None:
         sys.exit("bench/gpu/chunked_loss.py needs a CUDA GPU; on a CPU the chapter measures a smaller size live")
     runs = []
     for dtype in (torch.float32, torch.bfloat16):
-        r = compare_head_memory(batch=8, seq=1024, vocab=50257, width=768, chunk_size=args.chunk_size,
-                                dtype=dtype, dev=torch.device("cuda"), repeats=5)
-        print(f"{r['dtype']:>9}: naive {r['naive_peak_bytes'] / 2**30:.2f} GiB, {r['naive_seconds'] * 1e3:.1f} ms; "
-              f"chunked {r['chunked_peak_bytes'] / 2**30:.2f} GiB, {r['chunked_seconds'] * 1e3:.1f} ms; "
-              f"saving x{r['saving_factor']:.1f}; loss {r['naive_loss']:.6f} vs {r['chunked_loss']:.6f}")
+        r = compare_head_memory(
+            batch=8,
+            seq=1024,
+            vocab=50257,
+            width=768,
+            chunk_size=args.chunk_size,
+            dtype=dtype,
+            dev=torch.device("cuda"),
+            repeats=5,
+        )
+        print(
+            f"{r['dtype']:>9}: naive {r['naive_peak_bytes'] / 2**30:.2f} GiB, {r['naive_seconds'] * 1e3:.1f} ms; "
+            f"chunked {r['chunked_peak_bytes'] / 2**30:.2f} GiB, {r['chunked_seconds'] * 1e3:.1f} ms; "
+            f"saving x{r['saving_factor']:.1f}; loss {r['naive_loss']:.6f} vs {r['chunked_loss']:.6f}"
+        )
         runs.append(r)
     write_result(args.out / "chunked_loss.json", {"runs": runs})
 

@@ -24,8 +24,12 @@ from gputrain.results import write_result
 
 def h2d_gb_s(batch: torch.Tensor, dev: torch.device, repeats: int = 10) -> float:
     """Host-to-device copy bandwidth of ``batch`` (pinned or not), median of ``repeats``."""
-    return batch.numel() * batch.element_size() / median_seconds(
-        lambda: batch.to(dev, non_blocking=True), repeats=repeats, warmup=2) / 1e9
+    return (
+        batch.numel()
+        * batch.element_size()
+        / median_seconds(lambda: batch.to(dev, non_blocking=True), repeats=repeats, warmup=2)
+        / 1e9
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,19 +42,28 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/gpu/data_pipeline.py measures a CUDA GPU; none is visible here", file=sys.stderr)
         return 1
     t0, dev, B = time.perf_counter(), torch.device("cuda"), args.batch
-    photos = [data.center_crop(data.resize_shorter(data.decode_jpeg(p.read_bytes()), 256), 256)
-              for p in data.sample_image_files()]
+    photos = [
+        data.center_crop(data.resize_shorter(data.decode_jpeg(p.read_bytes()), 256), 256)
+        for p in data.sample_image_files()
+    ]
     batch = torch.stack(photos)[torch.arange(B) % len(photos)].to(dev).float() / 255  # (B, 3, 256, 256)
     gen = torch.Generator().manual_seed(0)
     t_batch = median_seconds(lambda: data.augment(batch, 224, generator=gen), repeats=10, warmup=3)
     t_loop = median_seconds(
-        lambda: torch.cat([data.augment(batch[i:i + 1], 224, generator=gen) for i in range(B)]), repeats=3)
+        lambda: torch.cat([data.augment(batch[i : i + 1], 224, generator=gen) for i in range(B)]), repeats=3
+    )
     print(f"augment: {B / t_batch:,.0f} images/s batched, {B / t_loop:,.0f} one at a time")
 
     # the same small CNN as chapter 1's loader section, one SGD step on (B, 3, 224, 224)
     cnn = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 7, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 3, stride=2),
-        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 2)).to(dev)
+        torch.nn.Conv2d(3, 32, 7, stride=4),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 2),
+    ).to(dev)
     opt = torch.optim.SGD(cnn.parameters(), lr=0.01)
     xb, yb = batch[:, :, :224, :224].contiguous(), torch.randint(0, 2, (B,), device=dev)
 

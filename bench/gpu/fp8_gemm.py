@@ -28,8 +28,8 @@ import torch.nn as nn
 
 from gputrain import fp8
 from gputrain.device import device, device_name, median_seconds, peak_flops
-from gputrain.results import first_line, write_result
 from gputrain.model import GPT, GPTConfig
+from gputrain.results import first_line, write_result
 
 SQUARE = [1024, 2048, 4096, 8192, 16384]
 # (name, M tokens, K in, N out): feed-forward layers of real models at 16k tokens per step
@@ -66,8 +66,10 @@ def gemms(dev: torch.device, quick: bool) -> list[dict]:
             except Exception as e:  # e.g. no blockwise kernel in this build: say so in the table
                 row["error"] = first_line(e, 200)
             rows.append(row)
-            print(f"  {name:>22} {kind:>10}: {row.get('tflops', float('nan')):8.1f} TFLOP/s "
-                  f"{row.get('error', '')[:60]}", flush=True)
+            print(
+                f"  {name:>22} {kind:>10}: {row.get('tflops', float('nan')):8.1f} TFLOP/s {row.get('error', '')[:60]}",
+                flush=True,
+            )
     return rows
 
 
@@ -79,7 +81,7 @@ def layer_step(layer: nn.Module, x: torch.Tensor) -> None:
 
 def layers(dev: torch.device, quick: bool) -> list[dict]:
     rows = []
-    for m, k, n in ([(256, 256, 256)] if quick else LAYERS):
+    for m, k, n in [(256, 256, 256)] if quick else LAYERS:
         torch.manual_seed(0)
         lin = nn.Linear(k, n, device=dev)
         x = torch.randn(m, k, device=dev, requires_grad=True)
@@ -130,9 +132,18 @@ def gpt_steps(dev: torch.device, quick: bool) -> list[dict]:
         s = median_seconds(step, repeats=3 if quick else 8, warmup=2, dev=dev)
         tokens = batch * cfg.block_size
         base = base or s
-        rows.append({"variant": name, "seconds_per_step": s, "tokens_per_s": tokens / s, "speedup_vs_bf16": base / s,
-                     "params": sum(p.numel() for p in model.parameters()), "tokens_per_step": tokens,
-                     "fp8_layers": len(fp8.float8_layers(model)), "last_loss": float(losses[-1])})
+        rows.append(
+            {
+                "variant": name,
+                "seconds_per_step": s,
+                "tokens_per_s": tokens / s,
+                "speedup_vs_bf16": base / s,
+                "params": sum(p.numel() for p in model.parameters()),
+                "tokens_per_step": tokens,
+                "fp8_layers": len(fp8.float8_layers(model)),
+                "last_loss": float(losses[-1]),
+            }
+        )
         print(f"  GPT step {name:>15}: {s * 1e3:8.1f} ms, {tokens / s:,.0f} tokens/s", flush=True)
         del model, opt
         if dev.type == "cuda":
@@ -141,8 +152,10 @@ def gpt_steps(dev: torch.device, quick: bool) -> list[dict]:
 
 
 def accelerate_fp8(dev: torch.device) -> dict:
-    out = {"torchao": importlib.util.find_spec("torchao") is not None,
-           "transformer_engine": importlib.util.find_spec("transformer_engine") is not None}
+    out = {
+        "torchao": importlib.util.find_spec("torchao") is not None,
+        "transformer_engine": importlib.util.find_spec("transformer_engine") is not None,
+    }
     try:
         from accelerate import Accelerator
 
@@ -155,8 +168,11 @@ def accelerate_fp8(dev: torch.device) -> dict:
         loss = model(x).float().pow(2).mean()
         acc.backward(loss)
         opt.step()
-        out.update(ran=True, model=type(acc.unwrap_model(model)).__name__,
-                   linear_types=sorted({type(m).__name__ for m in acc.unwrap_model(model).modules()}))
+        out.update(
+            ran=True,
+            model=type(acc.unwrap_model(model)).__name__,
+            linear_types=sorted({type(m).__name__ for m in acc.unwrap_model(model).modules()}),
+        )
     except Exception as e:
         out.update(ran=False, message=f"{type(e).__name__}: {first_line(e)}")
     return out
@@ -173,8 +189,10 @@ def numerics(dev: torch.device) -> dict:
     for g in ("tensor", "row"):
         real = fp8.fp8_gemm(a, b, granularity=g)
         emu = fp8.fp8_gemm(a, b, granularity=g, emulate=True)
-        err[g] = {"rel_error_vs_fp64": float((real.double() - exact).norm() / exact.norm()),
-                  "rel_diff_real_vs_emulated": float((real - emu).norm() / emu.norm())}
+        err[g] = {
+            "rel_error_vs_fp64": float((real.double() - exact).norm() / exact.norm()),
+            "rel_diff_real_vs_emulated": float((real - emu).norm() / emu.norm()),
+        }
     return {"values": vals, "casts": casts, "gemm": err}
 
 
@@ -184,13 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test (also runs on a CPU)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() and not args.quick:
-        print("bench/gpu/fp8_gemm.py measures a CUDA GPU; none is visible here (--quick runs a CPU smoke test)",
-              file=sys.stderr)
+        print(
+            "bench/gpu/fp8_gemm.py measures a CUDA GPU; none is visible here (--quick runs a CPU smoke test)",
+            file=sys.stderr,
+        )
         return 1
     dev = device()
     t0 = time.perf_counter()
-    data: dict = {"device": device_name(dev), "peak_tflops": {d: (peak_flops(d) or 0) / 1e12 or None
-                                                              for d in ("bf16", "fp8")}}
+    data: dict = {
+        "device": device_name(dev),
+        "peak_tflops": {d: (peak_flops(d) or 0) / 1e12 or None for d in ("bf16", "fp8")},
+    }
     if dev.type == "cuda":
         data["capability"] = list(torch.cuda.get_device_capability(dev))
     part("scaled_mm_support", lambda: fp8.scaled_mm_support(dev), data)

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 from gputrain.device import Timer, device_name
-from gputrain.results import write_result
 from gputrain.memory import apply_activation_checkpointing, estimate, held_bytes, measure_step
 from gputrain.model import GPT, GPTConfig
 from gputrain.precision import MasterWeights
+from gputrain.results import write_result
 
 RECIPES = ["fp32", "bf16-autocast", "bf16-mixed"]
 
@@ -74,12 +74,19 @@ def check_one(cfg: GPTConfig, batch: int, recipe: str, checkpointing: bool, devi
     step(model, optimizer, x, y, autocast)
     torch.cuda.synchronize(device)
     measured_peak = torch.cuda.max_memory_allocated(device) - other
-    est = estimate(model, batch_size=batch, precision=recipe, optimizer="adamw",
-                   activation_checkpointing=checkpointing)
-    row = {"recipe": recipe, "checkpointing": checkpointing, "batch_size": batch,
-           "max_memory_allocated": measured_peak, "other_allocated": other, "estimate_peak": est.peak,
-           "peak_error": est.peak / measured_peak - 1, "counted_peak": counted["peak"],
-           "step_seconds": statistics.median(times), "estimate": est.as_dict()}
+    est = estimate(model, batch_size=batch, precision=recipe, optimizer="adamw", activation_checkpointing=checkpointing)
+    row = {
+        "recipe": recipe,
+        "checkpointing": checkpointing,
+        "batch_size": batch,
+        "max_memory_allocated": measured_peak,
+        "other_allocated": other,
+        "estimate_peak": est.peak,
+        "peak_error": est.peak / measured_peak - 1,
+        "counted_peak": counted["peak"],
+        "step_seconds": statistics.median(times),
+        "estimate": est.as_dict(),
+    }
     for name in ("parameters", "gradients", "master_weights", "optimizer_states", "activations"):
         row[f"measured_{name}"] = counted[name]
     row["activation_error"] = est.activations / counted["activations"] - 1
@@ -96,13 +103,29 @@ def accelerate_speed(cfg: GPTConfig, batch: int, steps: int) -> list[dict]:
     for mp in ("no", "bf16", "fp16"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        tc = TrainConfig(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=cfg.block_size,
-                         vocab_size=256, batch_size=batch, max_steps=steps, warmup_steps=2, eval_interval=0,
-                         mixed_precision=mp, progress=False, corpus_bytes=2_000_000)
+        tc = TrainConfig(
+            n_layer=cfg.n_layer,
+            n_embd=cfg.n_embd,
+            n_head=cfg.n_head,
+            block_size=cfg.block_size,
+            vocab_size=256,
+            batch_size=batch,
+            max_steps=steps,
+            warmup_steps=2,
+            eval_interval=0,
+            mixed_precision=mp,
+            progress=False,
+            corpus_bytes=2_000_000,
+        )
         result = train(tc)
-        rows.append({"mixed_precision": mp, "tokens_per_s": result.tokens_per_s,
-                     "max_memory_allocated": torch.cuda.max_memory_allocated(),
-                     "final_loss": result.losses[-1]})
+        rows.append(
+            {
+                "mixed_precision": mp,
+                "tokens_per_s": result.tokens_per_s,
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "final_loss": result.losses[-1],
+            }
+        )
         del result
     return rows
 
@@ -124,18 +147,28 @@ def main(argv: list[str] | None = None) -> int:
         for ckpt in (False, True):
             r = check_one(cfg, args.batch_size, recipe, ckpt, device)
             rows.append(r)
-            print(f"{recipe:>13} ckpt={ckpt!s:5}: peak {r['max_memory_allocated'] / 2**30:6.2f} GiB, "
-                  f"estimate {r['estimate_peak'] / 2**30:6.2f} GiB ({r['peak_error']:+.1%}); activations "
-                  f"{r['measured_activations'] / 2**30:6.2f} GiB ({r['activation_error']:+.1%}); "
-                  f"step {r['step_seconds'] * 1e3:6.1f} ms", flush=True)
+            print(
+                f"{recipe:>13} ckpt={ckpt!s:5}: peak {r['max_memory_allocated'] / 2**30:6.2f} GiB, "
+                f"estimate {r['estimate_peak'] / 2**30:6.2f} GiB ({r['peak_error']:+.1%}); activations "
+                f"{r['measured_activations'] / 2**30:6.2f} GiB ({r['activation_error']:+.1%}); "
+                f"step {r['step_seconds'] * 1e3:6.1f} ms",
+                flush=True,
+            )
     speed_cfg = GPTConfig(vocab_size=256, block_size=1024, n_layer=12, n_head=12, n_embd=768)
     speed = accelerate_speed(speed_cfg, batch=16, steps=args.steps)
     for s in speed:
-        print(f"accelerate mixed_precision={s['mixed_precision']:>4}: {s['tokens_per_s']:12,.0f} tokens/s, "
-              f"peak {s['max_memory_allocated'] / 2**30:6.2f} GiB", flush=True)
-    data = {"device": device_name(), "model": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
-                                               "block_size": 1024},
-            "rows": rows, "accelerate": speed, "seconds_total": time.perf_counter() - t0}
+        print(
+            f"accelerate mixed_precision={s['mixed_precision']:>4}: {s['tokens_per_s']:12,.0f} tokens/s, "
+            f"peak {s['max_memory_allocated'] / 2**30:6.2f} GiB",
+            flush=True,
+        )
+    data = {
+        "device": device_name(),
+        "model": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "block_size": 1024},
+        "rows": rows,
+        "accelerate": speed,
+        "seconds_total": time.perf_counter() - t0,
+    }
     write_result(args.out / "memory_check.json", data)
     print(f"wrote {args.out / 'memory_check.json'} in {data['seconds_total']:.0f} s")
     return 0

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from gputrain.device import device_name
-from gputrain.results import write_result
 from gputrain.parallel import launch
 from gputrain.parallel.ring import bandwidth_survey
+from gputrain.results import write_result
 
 SIZES = [1 << 20, 1 << 24, 1 << 28]  # 1 MiB, 16 MiB, 256 MiB of float32
 
@@ -32,14 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=torch.cuda.device_count(), help="processes, one per GPU")
     args = parser.parse_args(argv)
     if args.gpus < 2 or torch.cuda.device_count() < args.gpus:
-        print(f"bench/gpu/nccl_allreduce.py needs at least 2 CUDA GPUs; {torch.cuda.device_count()} visible, "
-              "so no link bandwidth was measured", file=sys.stderr)
+        print(
+            f"bench/gpu/nccl_allreduce.py needs at least 2 CUDA GPUs; {torch.cuda.device_count()} visible, "
+            "so no link bandwidth was measured",
+            file=sys.stderr,
+        )
         return 1
     t0 = time.perf_counter()
     rows = launch(bandwidth_survey, args.gpus, SIZES, 10, backend="nccl", timeout=300)[0]
     for row in rows:
-        print(f"{row['bytes'] / 2**20:8.0f} MiB: dist.all_reduce {row['dist.all_reduce']['bus_GBps']:7.1f} GB/s, "
-              f"ring_all_reduce {row['ring_all_reduce']['bus_GBps']:7.1f} GB/s (bus bandwidth)")
+        print(
+            f"{row['bytes'] / 2**20:8.0f} MiB: dist.all_reduce {row['dist.all_reduce']['bus_GBps']:7.1f} GB/s, "
+            f"ring_all_reduce {row['ring_all_reduce']['bus_GBps']:7.1f} GB/s (bus bandwidth)"
+        )
     data = {"device": device_name(), "gpus": args.gpus, "rows": rows, "seconds_total": time.perf_counter() - t0}
     write_result(args.out / "nccl_allreduce.json", data)
     print(f"wrote {args.out / 'nccl_allreduce.json'} in {data['seconds_total']:.0f} s")

@@ -44,8 +44,17 @@ def config_path(execute: bool) -> Path:
 def build(execute: bool = False, strict: bool = True, toc: Path = ROOT / "_toc.yml", output: Path = ROOT) -> Path:
     """Build the pages ``toc`` lists into ``output/_build/html`` and return that folder."""
     vendor()
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(output),
-           "--config", str(config_path(execute)), "--toc", str(toc)]
+    cmd = [
+        str(Path(sys.executable).with_name("jupyter-book")),
+        "build",
+        str(ROOT),
+        "--path-output",
+        str(output),
+        "--config",
+        str(config_path(execute)),
+        "--toc",
+        str(toc),
+    ]
     if strict:
         cmd += ["-W", "--keep-going"]
     subprocess.run(cmd, check=True, cwd=ROOT)

@@ -22,7 +22,7 @@ def _inline(line: str) -> str:
     """``$x$`` -> ``:math:`x``` outside double-backtick literals."""
     out, last = [], 0
     for lit in _LITERAL.finditer(line):
-        out.append(_INLINE.sub(lambda m: f":math:`{m.group(1)}`", line[last:lit.start()]))
+        out.append(_INLINE.sub(lambda m: f":math:`{m.group(1)}`", line[last : lit.start()]))
         out.append(lit.group(0))
         last = lit.end()
     out.append(_INLINE.sub(lambda m: f":math:`{m.group(1)}`", line[last:]))
@@ -36,8 +36,8 @@ def convert(lines: list[str]) -> list[str]:
         return lines
     pieces, last = [], 0
     for m in _DISPLAY.finditer(text):
-        pieces.append(text[last:m.start()])
-        before = text[:m.start()].rsplit("\n", 1)[-1]
+        pieces.append(text[last : m.start()])
+        before = text[: m.start()].rsplit("\n", 1)[-1]
         indent = " " * (len(before) - len(before.lstrip()))
         body = [b.strip() for b in m.group(1).strip().splitlines() if b.strip()]
         # a display formula is its own block: blank lines around it, body indented under the directive

@@ -44,8 +44,13 @@ def execute(path: Path, force: bool = False, timeout: int = 900) -> bool:
         print(f"{path}: unchanged, skipped")
         return False
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     nb.metadata[KEY] = digest
     tmp = path.with_suffix(".ipynb.tmp")
     nbformat.write(nb, tmp)

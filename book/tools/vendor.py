@@ -34,7 +34,7 @@ def _extract(tgz: Path, src: str, dest: Path) -> int:
             name = member.name
             if not member.isfile() or not name.startswith(src) or name.endswith(".map"):
                 continue
-            rel = name[len(src):] if src.endswith("/") else ""
+            rel = name[len(src) :] if src.endswith("/") else ""
             target = dest / rel if rel else dest
             target.parent.mkdir(parents=True, exist_ok=True)
             with tar.extractfile(member) as f_in, open(target, "wb") as f_out:
@@ -54,8 +54,9 @@ def vendor(force: bool = False) -> Path:
     shutil.rmtree(tmp_vendor, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         for spec, items in PACKAGES.items():
-            out = subprocess.run(["npm", "pack", "--silent", spec], cwd=tmp, check=True,
-                                 capture_output=True, text=True).stdout.split()
+            out = subprocess.run(
+                ["npm", "pack", "--silent", spec], cwd=tmp, check=True, capture_output=True, text=True
+            ).stdout.split()
             tgz = Path(tmp) / out[-1]
             for src, dest in items:
                 _extract(tgz, src, tmp_vendor / dest)

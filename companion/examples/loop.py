@@ -2,6 +2,7 @@
 
 Run it: python companion/examples/loop.py  (or: accelerate launch companion/examples/loop.py)
 """
+
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader

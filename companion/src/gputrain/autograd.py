@@ -35,9 +35,15 @@ Axis = Union[int, Sequence[int], None]
 class Tensor:
     """An array that records how it was computed, so gradients can flow back through it."""
 
-    def __init__(self, data, requires_grad: bool = False, name: str = "",
-                 _parents: tuple["Tensor", ...] = (), _vjp: Optional[Callable[[torch.Tensor], Grads]] = None,
-                 _op: str = ""):
+    def __init__(
+        self,
+        data,
+        requires_grad: bool = False,
+        name: str = "",
+        _parents: tuple["Tensor", ...] = (),
+        _vjp: Optional[Callable[[torch.Tensor], Grads]] = None,
+        _op: str = "",
+    ):
         if isinstance(data, Tensor):
             raise TypeError("Tensor(data) got a Tensor; use .data to unwrap it or .detach() to copy it")
         t = data if isinstance(data, torch.Tensor) else torch.as_tensor(data)  # numpy, lists, scalars
@@ -93,32 +99,45 @@ class Tensor:
     def _make(data: torch.Tensor, parents: tuple["Tensor", ...], vjp, op: str) -> "Tensor":
         # Record history only when some input wants a gradient: inference builds no graph.
         needs = any(p.requires_grad for p in parents)
-        return Tensor(data, requires_grad=needs, _parents=parents if needs else (),
-                      _vjp=vjp if needs else None, _op=op)
+        return Tensor(data, requires_grad=needs, _parents=parents if needs else (), _vjp=vjp if needs else None, _op=op)
 
     # -- arithmetic (broadcasting like torch; gradients summed back to each input's shape) --
     def __add__(self, other) -> "Tensor":
         other = as_tensor(other, like=self)
-        return Tensor._make(self.data + other.data, (self, other),
-                            lambda g: (unbroadcast(g, self.shape), unbroadcast(g, other.shape)), "add")
+        return Tensor._make(
+            self.data + other.data,
+            (self, other),
+            lambda g: (unbroadcast(g, self.shape), unbroadcast(g, other.shape)),
+            "add",
+        )
 
     def __sub__(self, other) -> "Tensor":
         other = as_tensor(other, like=self)
-        return Tensor._make(self.data - other.data, (self, other),
-                            lambda g: (unbroadcast(g, self.shape), unbroadcast(-g, other.shape)), "sub")
+        return Tensor._make(
+            self.data - other.data,
+            (self, other),
+            lambda g: (unbroadcast(g, self.shape), unbroadcast(-g, other.shape)),
+            "sub",
+        )
 
     def __mul__(self, other) -> "Tensor":
         other = as_tensor(other, like=self)
-        return Tensor._make(self.data * other.data, (self, other),
-                            lambda g: (unbroadcast(g * other.data, self.shape),
-                                       unbroadcast(g * self.data, other.shape)), "mul")
+        return Tensor._make(
+            self.data * other.data,
+            (self, other),
+            lambda g: (unbroadcast(g * other.data, self.shape), unbroadcast(g * self.data, other.shape)),
+            "mul",
+        )
 
     def __truediv__(self, other) -> "Tensor":
         other = as_tensor(other, like=self)
         a, b = self.data, other.data
-        return Tensor._make(a / b, (self, other),
-                            lambda g: (unbroadcast(g / b, self.shape),
-                                       unbroadcast(-g * a / (b * b), other.shape)), "div")
+        return Tensor._make(
+            a / b,
+            (self, other),
+            lambda g: (unbroadcast(g / b, self.shape), unbroadcast(-g * a / (b * b), other.shape)),
+            "div",
+        )
 
     def __neg__(self) -> "Tensor":
         return Tensor._make(-self.data, (self,), lambda g: (-g,), "neg")
@@ -127,7 +146,7 @@ class Tensor:
         if isinstance(p, Tensor):
             raise TypeError("Tensor ** Tensor is not supported; write it as (b * a.log()).exp()")
         x = self.data
-        return Tensor._make(x ** p, (self,), lambda g: (g * p * x ** (p - 1),), f"pow{p:g}")
+        return Tensor._make(x**p, (self,), lambda g: (g * p * x ** (p - 1),), f"pow{p:g}")
 
     def __radd__(self, other) -> "Tensor":
         return self + other
@@ -145,15 +164,20 @@ class Tensor:
         other = as_tensor(other, like=self)
         a, b = self.data, other.data
         if a.dim() < 2 or b.dim() < 2:
-            raise ValueError(f"matmul needs operands with >= 2 dims, got {tuple(a.shape)} @ {tuple(b.shape)}; "
-                             "reshape a vector to (1, n) or (n, 1)")
+            raise ValueError(
+                f"matmul needs operands with >= 2 dims, got {tuple(a.shape)} @ {tuple(b.shape)}; "
+                "reshape a vector to (1, n) or (n, 1)"
+            )
         if a.shape[-1] != b.shape[-2]:
-            raise ValueError(f"matmul shapes {tuple(a.shape)} @ {tuple(b.shape)} do not chain: "
-                             f"{a.shape[-1]} != {b.shape[-2]}")
+            raise ValueError(
+                f"matmul shapes {tuple(a.shape)} @ {tuple(b.shape)} do not chain: {a.shape[-1]} != {b.shape[-2]}"
+            )
 
         def vjp(g):  # g: (..., n, m) for a: (..., n, k), b: (..., k, m)
-            return (unbroadcast(g @ b.transpose(-1, -2), self.shape),   # (..., n, k)
-                    unbroadcast(a.transpose(-1, -2) @ g, other.shape))  # (..., k, m)
+            return (
+                unbroadcast(g @ b.transpose(-1, -2), self.shape),  # (..., n, k)
+                unbroadcast(a.transpose(-1, -2) @ g, other.shape),
+            )  # (..., k, m)
 
         return Tensor._make(a @ b, (self, other), vjp, "matmul")
 
@@ -212,10 +236,11 @@ class Tensor:
             return Tensor._make(x * cdf, (self,), lambda g: (g * (cdf + x * pdf),), "gelu")
         if approximate == "tanh":
             c = math.sqrt(2 / math.pi)
-            t = torch.tanh(c * (x + 0.044715 * x ** 3))
+            t = torch.tanh(c * (x + 0.044715 * x**3))
             dt = (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)  # d tanh(u) / dx
-            return Tensor._make(0.5 * x * (1 + t), (self,), lambda g: (g * (0.5 * (1 + t) + 0.5 * x * dt),),
-                                "gelu_tanh")
+            return Tensor._make(
+                0.5 * x * (1 + t), (self,), lambda g: (g * (0.5 * (1 + t) + 0.5 * x * dt),), "gelu_tanh"
+            )
         raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
 
     # -- softmax family (along one axis, numerically stable) ---------------------
@@ -224,8 +249,7 @@ class Tensor:
         z = x - x.amax(dim=axis, keepdim=True)  # shift by the max: exp never overflows
         out = z - z.exp().sum(dim=axis, keepdim=True).log()
         # d/dx_j of log softmax_i = delta_ij - softmax_j, so the VJP is g - softmax * sum(g)
-        return Tensor._make(out, (self,), lambda g: (g - out.exp() * g.sum(dim=axis, keepdim=True),),
-                            "log_softmax")
+        return Tensor._make(out, (self,), lambda g: (g - out.exp() * g.sum(dim=axis, keepdim=True),), "log_softmax")
 
     def softmax(self, axis: int = -1) -> "Tensor":
         s = torch.softmax(self.data, dim=axis)
@@ -233,8 +257,7 @@ class Tensor:
         return Tensor._make(s, (self,), lambda g: (s * (g - (g * s).sum(dim=axis, keepdim=True)),), "softmax")
 
     # -- the backward pass ----------------------------------------------------
-    def backward(self, gradient: Optional[torch.Tensor] = None,
-                 trace: Optional[list] = None) -> None:
+    def backward(self, gradient: Optional[torch.Tensor] = None, trace: Optional[list] = None) -> None:
         """Fill ``.grad`` of every tensor that leads here: d(self)/d(tensor), chain rule in reverse.
 
         Leaves accumulate into ``.grad`` across calls (as in PyTorch; call
@@ -243,17 +266,22 @@ class Tensor:
         order the backward pass finishes them (chapter 4 animates it).
         """
         if not self.requires_grad:
-            raise ValueError("backward() on a tensor that does not require grad; "
-                             "create the inputs with requires_grad=True")
+            raise ValueError(
+                "backward() on a tensor that does not require grad; create the inputs with requires_grad=True"
+            )
         if gradient is None:
             if self.data.numel() != 1:
-                raise ValueError(f"backward() on a non-scalar of shape {self.shape} needs a gradient of that "
-                                 "shape; reduce it to a scalar first (.sum() or .mean()) or pass gradient=")
+                raise ValueError(
+                    f"backward() on a non-scalar of shape {self.shape} needs a gradient of that "
+                    "shape; reduce it to a scalar first (.sum() or .mean()) or pass gradient="
+                )
             gradient = torch.ones_like(self.data)
         gradient = torch.as_tensor(gradient, dtype=self.data.dtype, device=self.data.device)
         if tuple(gradient.shape) != self.shape:
-            raise ValueError(f"backward() gradient has shape {tuple(gradient.shape)} but the tensor has "
-                             f"shape {self.shape}; pass one gradient entry per element")
+            raise ValueError(
+                f"backward() gradient has shape {tuple(gradient.shape)} but the tensor has "
+                f"shape {self.shape}; pass one gradient entry per element"
+            )
         grads: dict[int, torch.Tensor] = {id(self): gradient}
         for node in reversed(topological_order(self)):  # every consumer before its inputs
             g = grads.pop(id(node), None)
@@ -373,8 +401,9 @@ def cross_entropy(logits: Tensor, targets: torch.Tensor) -> Tensor:
     """
     targets = torch.as_tensor(targets, device=logits.data.device)
     if logits.data.dim() != 2 or targets.dim() != 1 or targets.shape[0] != logits.shape[0]:
-        raise ValueError(f"cross_entropy needs logits (N, C) and targets (N,), got {logits.shape} and "
-                         f"{tuple(targets.shape)}")
+        raise ValueError(
+            f"cross_entropy needs logits (N, C) and targets (N,), got {logits.shape} and {tuple(targets.shape)}"
+        )
     onehot = torch.nn.functional.one_hot(targets.long(), logits.shape[1]).to(logits.data.dtype)  # (N, C)
     return -(log_softmax(logits, axis=1) * onehot).sum() / logits.shape[0]
 
@@ -397,8 +426,14 @@ class MLP:
     torch copy made with :meth:`to_torch` is the same function.
     """
 
-    def __init__(self, sizes: Sequence[int], activation: str = "relu", dtype=torch.float64,
-                 device: Optional[torch.device] = None, generator: Optional[torch.Generator] = None):
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        activation: str = "relu",
+        dtype=torch.float64,
+        device: Optional[torch.device] = None,
+        generator: Optional[torch.Generator] = None,
+    ):
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"MLP sizes must be >= 2 positive widths, got {list(sizes)}")
         if activation not in ACTIVATIONS:
@@ -409,8 +444,9 @@ class MLP:
             bound = 1 / math.sqrt(n_in)
             w = (torch.rand(n_in, n_out, generator=generator, dtype=dtype) * 2 - 1) * bound  # (in, out)
             b = (torch.rand(n_out, generator=generator, dtype=dtype) * 2 - 1) * bound  # (out,)
-            self.layers.append((Tensor(w.to(device), True, name=f"W{i + 1}"),
-                                Tensor(b.to(device), True, name=f"b{i + 1}")))
+            self.layers.append(
+                (Tensor(w.to(device), True, name=f"W{i + 1}"), Tensor(b.to(device), True, name=f"b{i + 1}"))
+            )
 
     def parameters(self) -> list[Tensor]:
         return [t for layer in self.layers for t in layer]
@@ -424,8 +460,13 @@ class MLP:
 
     def to_torch(self) -> torch.nn.Sequential:
         """The same network as ``torch.nn`` modules with copied weights (for checking against torch)."""
-        act = {"relu": torch.nn.ReLU(), "tanh": torch.nn.Tanh(), "sigmoid": torch.nn.Sigmoid(),
-               "gelu": torch.nn.GELU(), "gelu_tanh": torch.nn.GELU(approximate="tanh")}[self.activation]
+        act = {
+            "relu": torch.nn.ReLU(),
+            "tanh": torch.nn.Tanh(),
+            "sigmoid": torch.nn.Sigmoid(),
+            "gelu": torch.nn.GELU(),
+            "gelu_tanh": torch.nn.GELU(approximate="tanh"),
+        }[self.activation]
         mods: list[torch.nn.Module] = []
         for i, (w, b) in enumerate(self.layers):
             lin = torch.nn.Linear(*w.shape, dtype=w.data.dtype, device=w.data.device)
@@ -453,8 +494,9 @@ def accuracy(model: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
     return (logits.argmax(dim=1) == y).double().mean().item()
 
 
-def digits_split(test_fraction: float = 0.2, seed: int = 0, dtype=torch.float64,
-                 device: Optional[torch.device] = None) -> tuple[torch.Tensor, ...]:
+def digits_split(
+    test_fraction: float = 0.2, seed: int = 0, dtype=torch.float64, device: Optional[torch.device] = None
+) -> tuple[torch.Tensor, ...]:
     """scikit-learn's 8x8 digits (:func:`gputrain.data.digits`) as ``x_train, y_train, x_test, y_test``.
 
     Pixels are scaled from 0..16 to [0, 1]; the split is a seeded permutation.
@@ -475,9 +517,16 @@ class DigitsRun:
         self.train_accuracy, self.test_accuracy = train_accuracy, test_accuracy
 
 
-def train_digits(hidden: Sequence[int] = (64,), activation: str = "relu", epochs: int = 20,
-                 batch_size: int = 32, lr: float = 0.1, seed: int = 0, dtype=torch.float64,
-                 device: Optional[torch.device] = None) -> DigitsRun:
+def train_digits(
+    hidden: Sequence[int] = (64,),
+    activation: str = "relu",
+    epochs: int = 20,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    seed: int = 0,
+    dtype=torch.float64,
+    device: Optional[torch.device] = None,
+) -> DigitsRun:
     """Train an MLP on the digits with this engine and plain SGD; the whole loop, no torch.autograd."""
     x_tr, y_tr, x_te, y_te = digits_split(seed=seed, dtype=dtype, device=device)
     gen = torch.Generator().manual_seed(seed)
@@ -486,7 +535,7 @@ def train_digits(hidden: Sequence[int] = (64,), activation: str = "relu", epochs
     for _ in range(epochs):
         order = torch.randperm(len(y_tr), generator=gen).to(y_tr.device)  # a fresh shuffle every epoch
         for i in range(0, len(order), batch_size):
-            idx = order[i:i + batch_size]
+            idx = order[i : i + batch_size]
             loss = cross_entropy(model(Tensor(x_tr[idx])), y_tr[idx])  # predict, measure
             zero_grad(params)
             loss.backward()  # find the direction
@@ -531,8 +580,17 @@ class DeepMLP(torch.nn.Module):
     (He initialization times ``gain``) and zeroes the biases.
     """
 
-    def __init__(self, n_in: int, n_out: int, *, width: int = 64, depth: int = 20, activation: str = "sigmoid",
-                 residual: bool = False, init_gain: Optional[float] = None):
+    def __init__(
+        self,
+        n_in: int,
+        n_out: int,
+        *,
+        width: int = 64,
+        depth: int = 20,
+        activation: str = "sigmoid",
+        residual: bool = False,
+        init_gain: Optional[float] = None,
+    ):
         super().__init__()
         if depth < 1 or width < 1:
             raise ValueError(f"DeepMLP needs depth >= 1 and width >= 1, got depth={depth}, width={width}")

@@ -85,8 +85,19 @@ class LadderConfig:
     seed: int = 0  # seeds the weights and the choice of training windows
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "big_batch_size",
-                     "pad_multiple", "steps", "rounds", "warmup"):
+        for name in (
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "vocab_size",
+            "batch_size",
+            "big_batch_size",
+            "pad_multiple",
+            "steps",
+            "rounds",
+            "warmup",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
@@ -113,8 +124,19 @@ def cpu_ladder(**overrides) -> LadderConfig:
 
 def gpu_ladder(**overrides) -> LadderConfig:
     """GPT-2 small (12 x 768, T = 1024, 50257 tokens, 124 M parameters) on one GPU: a few minutes."""
-    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, batch_size=8,
-                big_batch_size=32, steps=5, rounds=3, warmup=3, max_seconds=240.0)
+    base = dict(
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        block_size=1024,
+        vocab_size=50257,
+        batch_size=8,
+        big_batch_size=32,
+        steps=5,
+        rounds=3,
+        warmup=3,
+        max_seconds=240.0,
+    )
     return LadderConfig(**{**base, **overrides})
 
 
@@ -264,8 +286,13 @@ class Rung:
         self.batch_size = cfg.big_batch_size if recipe.batch else cfg.batch_size
         self.vocab_size = padded_vocab(cfg.vocab_size, cfg.pad_multiple) if recipe.pad_vocab else cfg.vocab_size
         torch.manual_seed(cfg.seed)  # same initial weights on every rung
-        gcfg = GPTConfig(vocab_size=self.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                         n_head=cfg.n_head, n_embd=cfg.n_embd)
+        gcfg = GPTConfig(
+            vocab_size=self.vocab_size,
+            block_size=cfg.block_size,
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            n_embd=cfg.n_embd,
+        )
         model = GPT(gcfg).to(dev)
         if not recipe.sdpa:
             use_hand_written_attention(model)
@@ -350,8 +377,10 @@ class LadderResult:
             pct = lambda v: f"{v:6.1%}" if v is not None else f"{'n/a':>6}"  # noqa: E731
             mem = _bytes_text(r.get("peak_memory_bytes"))
             note = f"compile {r['compile_seconds']:.1f} s" if r.get("compile_seconds") is not None else ""
-            lines.append(f"{r['label']:<22} {r['tokens_per_s']:9,.0f} {r['tokens_per_s'] / base:5.2f}x "
-                         f"{pct(r['mfu'])} {pct(r['mfu_measured']):>8} {mem}  {note}")
+            lines.append(
+                f"{r['label']:<22} {r['tokens_per_s']:9,.0f} {r['tokens_per_s'] / base:5.2f}x "
+                f"{pct(r['mfu'])} {pct(r['mfu_measured']):>8} {mem}  {note}"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -370,8 +399,13 @@ def _bytes_text(n: Optional[int]) -> str:
     return f"{n / 2**30:7.2f} GiB" if n >= 2**30 else f"{n / 2**20:7.1f} MiB"
 
 
-def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, command: str = "",
-               log: Callable[[str], None] = print) -> LadderResult:
+def run_ladder(
+    cfg: LadderConfig,
+    dev: Optional[torch.device] = None,
+    out=None,
+    command: str = "",
+    log: Callable[[str], None] = print,
+) -> LadderResult:
     """Build every rung, warm each up, time them in alternating rounds, and return the table's data.
 
     With ``out`` the result is written (via :func:`gputrain.device.write_result`)
@@ -383,15 +417,30 @@ def run_ladder(cfg: LadderConfig, dev: Optional[torch.device] = None, out=None, 
     threads = contextlib.nullcontext() if not cfg.threads or dev.type != "cpu" else cpu_threads(cfg.threads)
     with threads, fresh_compile_caches(cfg.compile and cfg.cold_compile and "compile" in cfg.rung_list()):
         with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
-            shape = GPT(GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                                  n_head=cfg.n_head, n_embd=cfg.n_embd))
+            shape = GPT(
+                GPTConfig(
+                    vocab_size=cfg.vocab_size,
+                    block_size=cfg.block_size,
+                    n_layer=cfg.n_layer,
+                    n_head=cfg.n_head,
+                    n_embd=cfg.n_embd,
+                )
+            )
         sheet, _ = peak_for_mfu("bf16", dev=dev) if dev.type == "cuda" else (None, "")
-        measured, source = peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None \
-            else (None, "")
-        result = LadderResult(config=dataclasses.asdict(cfg), device=device_name(dev), device_type=dev.type,
-                              flops_per_token=gpt_train_flops_per_token(shape), n_params=matmul_params(shape),
-                              peak_datasheet=sheet, peak_measured=measured,
-                              peak_measured_source=source, threads=torch.get_num_threads())
+        measured, source = (
+            peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None else (None, "")
+        )
+        result = LadderResult(
+            config=dataclasses.asdict(cfg),
+            device=device_name(dev),
+            device_type=dev.type,
+            flops_per_token=gpt_train_flops_per_token(shape),
+            n_params=matmul_params(shape),
+            peak_datasheet=sheet,
+            peak_measured=measured,
+            peak_measured_source=source,
+            threads=torch.get_num_threads(),
+        )
         save = (lambda: write_result(out, result.to_dict(), command=command)) if out else (lambda: None)
         data = Batches(cfg, dev)
         recipe, rungs = Recipe(), []
@@ -448,9 +497,13 @@ def _warm_up(rung: Rung, cfg: LadderConfig) -> dict:
         if i == 0:
             first_loss = value
     steady = statistics.median(times[1:]) if len(times) > 1 else times[0]
-    return {"batch_size": rung.batch_size, "vocab_size": rung.vocab_size, "first_loss": first_loss,
-            "first_step_seconds": times[0],
-            "compile_seconds": max(times[0] - steady, 0.0) if rung.recipe.compile else None}
+    return {
+        "batch_size": rung.batch_size,
+        "vocab_size": rung.vocab_size,
+        "first_loss": first_loss,
+        "first_step_seconds": times[0],
+        "compile_seconds": max(times[0] - steady, 0.0) if rung.recipe.compile else None,
+    }
 
 
 def _timed_round(rung: Rung, cfg: LadderConfig, meter: ThroughputMeter) -> int:
@@ -474,19 +527,24 @@ def _timed_round(rung: Rung, cfg: LadderConfig, meter: ThroughputMeter) -> int:
 def _fill_rows(result: LadderResult, rungs, meters, peaks, cfg: LadderConfig) -> None:
     for rung, row in rungs:
         tps = meters[rung.name].tokens_per_s
-        row.update(tokens_per_s=tps, rounds_tokens_per_s=meters[rung.name].rates,
-                   step_seconds=rung.batch_size * cfg.block_size / tps,
-                   mfu=mfu(tps, result.flops_per_token, result.peak_datasheet),
-                   mfu_measured=mfu(tps, result.flops_per_token, result.peak_measured),
-                   peak_memory_bytes=max(peaks[rung.name]) or None)
+        row.update(
+            tokens_per_s=tps,
+            rounds_tokens_per_s=meters[rung.name].rates,
+            step_seconds=rung.batch_size * cfg.block_size / tps,
+            mfu=mfu(tps, result.flops_per_token, result.peak_datasheet),
+            mfu_measured=mfu(tps, result.flops_per_token, result.peak_measured),
+            peak_memory_bytes=max(peaks[rung.name]) or None,
+        )
 
 
 def plan(cfg: LadderConfig, dev: Optional[torch.device] = None) -> str:
     """What :func:`run_ladder` would do here, without running anything (``gputrain bench --dry-run``)."""
     dev = dev or device()
-    lines = [f"speed ladder on {device_name(dev)} ({dev.type}): GPT {cfg.n_layer} x "
-             f"{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, vocab {cfg.vocab_size}; "
-             f"{cfg.warmup} warm-up + {cfg.rounds} rounds x {cfg.steps} steps per rung, cap {cfg.max_seconds:.0f} s"]
+    lines = [
+        f"speed ladder on {device_name(dev)} ({dev.type}): GPT {cfg.n_layer} x "
+        f"{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, vocab {cfg.vocab_size}; "
+        f"{cfg.warmup} warm-up + {cfg.rounds} rounds x {cfg.steps} steps per rung, cap {cfg.max_seconds:.0f} s"
+    ]
     for i, (name, label, why) in enumerate(RUNGS, 1):
         skip = skip_reason(name, cfg, dev)
         lines.append(f"{i}. {label:<24} {'SKIP: ' + skip if skip else why}")

@@ -20,8 +20,20 @@ from .bench import COMPILE_SCOPES, LadderConfig, ladder_config, plan, run_ladder
 from .device import info, preset
 from .memory import GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
 from .results import read_result, write_result
-from .train import (MIXED_PRECISION, OPTIMIZERS, PRESETS, SCHEDULES, CheckpointError, TrainConfig,
-                    TrainingDiverged, evaluate_text, preset_config, sample, summary_line, train)
+from .train import (
+    MIXED_PRECISION,
+    OPTIMIZERS,
+    PRESETS,
+    SCHEDULES,
+    CheckpointError,
+    TrainConfig,
+    TrainingDiverged,
+    evaluate_text,
+    preset_config,
+    sample,
+    summary_line,
+    train,
+)
 from .train.overhead import loop_overhead
 
 EXIT_USAGE = 2
@@ -52,8 +64,12 @@ def _field_help(cls) -> dict[str, str]:
 
 
 # fields whose value is a name from one of the package's tables: the flag offers exactly those
-CHOICES = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "mixed_precision": MIXED_PRECISION,
-           "compile_scope": COMPILE_SCOPES}
+CHOICES = {
+    "optimizer": OPTIMIZERS,
+    "schedule": SCHEDULES,
+    "mixed_precision": MIXED_PRECISION,
+    "compile_scope": COMPILE_SCOPES,
+}
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
@@ -82,8 +98,9 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                 if getattr(args, f.name) is not None}
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None
+    }
     launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by accelerate launch --mixed_precision
     if "mixed_precision" not in overrides and launcher_precision:
         overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
@@ -101,19 +118,34 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    print(sample(args.checkpoint, prompt=args.prompt, tokens=args.tokens, temperature=args.temperature,
-                 top_k=args.top_k, seed=args.seed))
+    print(
+        sample(
+            args.checkpoint,
+            prompt=args.prompt,
+            tokens=args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
+    )
     return 0
 
 
 def _cmd_eval(args) -> int:
-    r = evaluate_text(args.checkpoint, args.data, corpus_bytes=args.corpus_bytes, max_batches=args.max_batches,
-                      batch_size=args.batch_size)
+    r = evaluate_text(
+        args.checkpoint,
+        args.data,
+        corpus_bytes=args.corpus_bytes,
+        max_batches=args.max_batches,
+        batch_size=args.batch_size,
+    )
     if args.json:
         print(json.dumps(r, indent=2))
     else:
-        print(f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
-              f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']})")
+        print(
+            f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
+            f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']})"
+        )
     return 0
 
 
@@ -122,14 +154,24 @@ def _cmd_memory(args) -> int:
     if args.model is not None and args.params is not None:
         raise ValueError("give either --params or --model, not both")
     model = shapes[args.model] if args.model else (args.params if args.params is not None else 175e9)
-    e = estimate(model, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision,
-                 optimizer=args.optimizer, activation_checkpointing=args.checkpointing,
-                 zero_stage=args.zero_stage, dp=args.dp, activation_model=args.activation_model)
+    e = estimate(
+        model,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        activation_checkpointing=args.checkpointing,
+        zero_stage=args.zero_stage,
+        dp=args.dp,
+        activation_model=args.activation_model,
+    )
     if args.json:
         print(json.dumps({"settings": e.settings, "bytes": e.as_dict()}, indent=2))
     else:
-        print(f"{e.settings['params']:.4g} parameters, {e.settings['precision']}, {args.optimizer}, "
-              f"ZeRO stage {args.zero_stage} over {args.dp} GPU(s); bytes per GPU:")
+        print(
+            f"{e.settings['params']:.4g} parameters, {e.settings['precision']}, {args.optimizer}, "
+            f"ZeRO stage {args.zero_stage} over {args.dp} GPU(s); bytes per GPU:"
+        )
         print(e.table())
     return 0
 
@@ -143,8 +185,9 @@ def _flag_text(name: str, value) -> str:
 
 def _cmd_bench(args) -> int:
     name = args.preset or preset()
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(LadderConfig)
-                 if getattr(args, f.name) is not None}
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(LadderConfig) if getattr(args, f.name) is not None
+    }
     cfg = ladder_config(name, **overrides)  # validates: ValueError on a bad field
     if args.dry_run:
         print(plan(cfg))
@@ -153,16 +196,22 @@ def _cmd_bench(args) -> int:
     command = " ".join(["gputrain bench", f"--preset {name}", *(_flag_text(k, v) for k, v in overrides.items())])
     result = run_ladder(cfg, out=out, command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result.table())
-    print(f"model FLOPs per token 6N + 12LTC = {result.flops_per_token:,} (N = {result.n_params:,}); "
-          f"measured peak: {result.peak_measured_source}; wrote {out}")
+    print(
+        f"model FLOPs per token 6N + 12LTC = {result.flops_per_token:,} (N = {result.n_params:,}); "
+        f"measured peak: {result.peak_measured_source}; wrote {out}"
+    )
     if args.loop_overhead if args.loop_overhead is not None else name == "cpu":
-        overhead = loop_overhead(args.loop_steps, args.loop_rounds, threads=cfg.threads,
-                                 log=lambda m: print(m, flush=True))
+        overhead = loop_overhead(
+            args.loop_steps, args.loop_rounds, threads=cfg.threads, log=lambda m: print(m, flush=True)
+        )
         print(f"gputrain.train / plain PyTorch loop, tokens/s: {overhead['ratio']:.3f}")
         stored = read_result(out)
         stored["data"]["loop_overhead"] = {k: overhead[k] for k in ("ratio", "steps", "rounds", "threads")}
-        write_result(out, stored["data"], command=command + f" --loop-overhead --loop-steps {args.loop_steps} "
-                                                            f"--loop-rounds {args.loop_rounds}")
+        write_result(
+            out,
+            stored["data"],
+            command=command + f" --loop-overhead --loop-steps {args.loop_steps} --loop-rounds {args.loop_rounds}",
+        )
     return 0
 
 
@@ -189,40 +238,62 @@ def _add_info(sub) -> None:
 
 
 def _add_memory(sub) -> None:
-    p_mem = sub.add_parser("memory", help="bytes per GPU of training a model (chapter 7)",
-                           description="Estimate parameters, gradients, master weights, optimizer states "
-                                       "and activations per GPU.")
+    p_mem = sub.add_parser(
+        "memory",
+        help="bytes per GPU of training a model (chapter 7)",
+        description="Estimate parameters, gradients, master weights, optimizer states and activations per GPU.",
+    )
     p_mem.add_argument("--params", type=float, default=None, help="parameter count, e.g. 175e9 (default)")
-    p_mem.add_argument("--model", choices=["gpt2-small", "gpt3-175b"], default=None,
-                       help="a known shape instead of --params (adds activations)")
+    p_mem.add_argument(
+        "--model",
+        choices=["gpt2-small", "gpt3-175b"],
+        default=None,
+        help="a known shape instead of --params (adds activations)",
+    )
     p_mem.add_argument("--batch-size", type=int, default=1, help="micro-batch per GPU (default: 1)")
     p_mem.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the context)")
-    p_mem.add_argument("--precision", default="bf16-mixed", choices=list(RECIPES),
-                       help="precision recipe (default: bf16-mixed)")
-    p_mem.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_STATES),
-                       help="whose states to count (default: adam)")
+    p_mem.add_argument(
+        "--precision", default="bf16-mixed", choices=list(RECIPES), help="precision recipe (default: bf16-mixed)"
+    )
+    p_mem.add_argument(
+        "--optimizer", default="adam", choices=list(OPTIMIZER_STATES), help="whose states to count (default: adam)"
+    )
     p_mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     p_mem.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
-    p_mem.add_argument("--activation-model", choices=["gputrain", "korthikanti"], default="korthikanti",
-                       help="our GPT's saved tensors or Korthikanti et al.'s formula (default)")
+    p_mem.add_argument(
+        "--activation-model",
+        choices=["gputrain", "korthikanti"],
+        default="korthikanti",
+        help="our GPT's saved tensors or Korthikanti et al.'s formula (default)",
+    )
     p_mem.add_argument("--json", action="store_true", help="print as JSON")
     p_mem.set_defaults(func=_cmd_memory)
 
 
 def _add_train(sub) -> None:
-    p_train = sub.add_parser("train", help="train a GPT on the offline corpus",
-                             description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.")
-    p_train.add_argument("--preset", choices=list(PRESETS), default="tiny",
-                         help="starting configuration; the flags below override its fields")
+    p_train = sub.add_parser(
+        "train",
+        help="train a GPT on the offline corpus",
+        description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.",
+    )
+    p_train.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default="tiny",
+        help="starting configuration; the flags below override its fields",
+    )
     p_train.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
     _add_config_flags(p_train, TrainConfig)
     p_train.set_defaults(func=_cmd_train)
 
 
 def _add_sample(sub) -> None:
-    p_sample = sub.add_parser("sample", help="generate text from a trained checkpoint",
-                              description="Print the prompt and the bytes a trained GPT samples after it.")
+    p_sample = sub.add_parser(
+        "sample",
+        help="generate text from a trained checkpoint",
+        description="Print the prompt and the bytes a trained GPT samples after it.",
+    )
     p_sample.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
     p_sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p_sample.add_argument("--tokens", type=int, default=200, help="bytes to generate (default: 200)")
@@ -233,8 +304,11 @@ def _add_sample(sub) -> None:
 
 
 def _add_eval(sub) -> None:
-    p_eval = sub.add_parser("eval", help="loss, perplexity and bits per byte of a checkpoint on held-out text",
-                            description="Evaluate a trained GPT. Without --data: its own run's validation split.")
+    p_eval = sub.add_parser(
+        "eval",
+        help="loss, perplexity and bits per byte of a checkpoint on held-out text",
+        description="Evaluate a trained GPT. Without --data: its own run's validation split.",
+    )
     p_eval.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
     p_eval.add_argument("--data", default=None, help="'stdlib', text files 'a.txt,dir/*.py' or 'hf:NAME[:SPLIT]'")
     p_eval.add_argument("--corpus-bytes", type=int, default=400_000, help="read at most this many bytes of --data")
@@ -245,18 +319,30 @@ def _add_eval(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    p_bench = sub.add_parser("bench", help="the speed ladder: tokens/s, MFU and memory per optimization",
-                             description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
-                                         "torch.compile, a larger batch and a padded vocabulary, one change at "
-                                         "a time, on this machine; print a table and write JSON.")
-    p_bench.add_argument("--preset", choices=["cpu", "gpu"], default=None,
-                         help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's")
-    p_bench.add_argument("--out", default=None,
-                         help="JSON file (default: OUT_DIR/ladder.json, ladder_cpu.json on the cpu preset)")
+    p_bench = sub.add_parser(
+        "bench",
+        help="the speed ladder: tokens/s, MFU and memory per optimization",
+        description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
+        "torch.compile, a larger batch and a padded vocabulary, one change at "
+        "a time, on this machine; print a table and write JSON.",
+    )
+    p_bench.add_argument(
+        "--preset",
+        choices=["cpu", "gpu"],
+        default=None,
+        help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's",
+    )
+    p_bench.add_argument(
+        "--out", default=None, help="JSON file (default: OUT_DIR/ladder.json, ladder_cpu.json on the cpu preset)"
+    )
     p_bench.add_argument("--out-dir", default=".", help="folder for the default JSON file (default: here)")
     p_bench.add_argument("--dry-run", action="store_true", help="print the plan (rungs, skips) and exit")
-    p_bench.add_argument("--loop-overhead", action=argparse.BooleanOptionalAction, default=None,
-                         help="also time gputrain.train against a plain loop (default: on cpu)")
+    p_bench.add_argument(
+        "--loop-overhead",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time gputrain.train against a plain loop (default: on cpu)",
+    )
     p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
     p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
     _add_config_flags(p_bench, LadderConfig)

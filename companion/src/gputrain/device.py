@@ -132,8 +132,13 @@ class Timer:
             self.seconds = time.perf_counter() - self._t0
 
 
-def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
-                   dev: Optional[torch.device] = None, min_seconds: float = 0.0) -> float:
+def median_seconds(
+    fn: Callable[[], object],
+    repeats: int = 5,
+    warmup: int = 1,
+    dev: Optional[torch.device] = None,
+    min_seconds: float = 0.0,
+) -> float:
     """Median wall time of one call of ``fn()``, correct on GPUs (queued work is waited for).
 
     ``warmup`` untimed calls first, then ``repeats`` timed samples.  A call too

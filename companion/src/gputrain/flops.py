@@ -32,12 +32,22 @@ aten = torch.ops.aten
 
 # Operators that are matrix products (torch's counter knows these by itself,
 # except the CPU attention kernel registered below).
-MATMUL_OPS = frozenset({
-    "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm", "aten.convolution",
-    "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-    "aten._scaled_dot_product_cudnn_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
-    "aten._flash_attention_forward", "aten._efficient_attention_forward",
-})
+MATMUL_OPS = frozenset(
+    {
+        "aten.mm",
+        "aten.addmm",
+        "aten.bmm",
+        "aten.baddbmm",
+        "aten._scaled_mm",
+        "aten.convolution",
+        "aten._scaled_dot_product_flash_attention",
+        "aten._scaled_dot_product_efficient_attention",
+        "aten._scaled_dot_product_cudnn_attention",
+        "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten._flash_attention_forward",
+        "aten._efficient_attention_forward",
+    }
+)
 
 # Rough arithmetic per output element of the operators that are not matrix
 # products.  torch's counter ignores them (it counts only matmuls and
@@ -45,11 +55,30 @@ MATMUL_OPS = frozenset({
 # The exact numbers depend on the kernel (an exp is several FLOPs, GELU
 # several more); chapter 2 doubles them all and the conclusion stands.
 ELEMENTWISE_FLOPS: dict[str, float] = {
-    "add": 1, "add_": 1, "sub": 1, "sub_": 1, "mul": 1, "mul_": 1, "div": 1, "div_": 1,
-    "neg": 1, "relu": 1, "relu_": 1, "threshold_backward": 1, "where": 1, "masked_fill": 1,
-    "exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "silu": 6, "gelu": 8,
+    "add": 1,
+    "add_": 1,
+    "sub": 1,
+    "sub_": 1,
+    "mul": 1,
+    "mul_": 1,
+    "div": 1,
+    "div_": 1,
+    "neg": 1,
+    "relu": 1,
+    "relu_": 1,
+    "threshold_backward": 1,
+    "where": 1,
+    "masked_fill": 1,
+    "exp": 4,
+    "log": 4,
+    "tanh": 6,
+    "sigmoid": 5,
+    "silu": 6,
+    "gelu": 8,
     "native_layer_norm": 8,  # mean, variance, subtract, divide, scale, shift
-    "_softmax": 5, "_safe_softmax": 5, "_log_softmax": 5,  # max, subtract, exp, sum, divide
+    "_softmax": 5,
+    "_safe_softmax": 5,
+    "_log_softmax": 5,  # max, subtract, exp, sum, divide
     "native_dropout": 2,
 }
 
@@ -97,8 +126,7 @@ class FlopCount:
         return {op: n / self.total for op, n in sorted(self.by_op.items(), key=lambda kv: -kv[1])}
 
 
-def count_flops(fn: Callable, *args, elementwise: bool = True, elementwise_scale: float = 1.0,
-                **kwargs) -> FlopCount:
+def count_flops(fn: Callable, *args, elementwise: bool = True, elementwise_scale: float = 1.0, **kwargs) -> FlopCount:
     """FLOPs of ``fn(*args, **kwargs)`` (a model or any function), counted operator by operator.
 
     With ``elementwise=True`` the non-matmul operators are counted too (costs
@@ -110,8 +138,10 @@ def count_flops(fn: Callable, *args, elementwise: bool = True, elementwise_scale
     ``torch.no_grad()`` yourself to skip building the graph.  Works on the
     ``meta`` device, so a model too large to run can be counted.
     """
-    mapping: dict = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
-                     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward_flops}
+    mapping: dict = {
+        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward_flops,
+    }
     context = contextlib.nullcontext()
     if elementwise:
         context = sdpa_kernel(SDPBackend.MATH)
@@ -181,7 +211,6 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     return float((lx * ly).sum() / (lx * lx).sum())
 
 
-
 # --- utilization: tokens per second and MFU ------------------------------------------
 # Model FLOPs utilization (MFU) is the rate at which a run does the model's own
 # arithmetic, divided by the chip's peak.  It counts what the model needs, not
@@ -202,6 +231,7 @@ def gpt_train_flops_per_token(model: nn.Module, seq_len: Optional[int] = None) -
     cfg = model.cfg
     return train_flops_per_token(matmul_params(model), cfg.n_layer, seq_len or cfg.block_size, cfg.n_embd)
 
+
 def mfu(tokens_per_s: float, flops_per_token: float, peak: Optional[float]) -> Optional[float]:
     """Model FLOPs utilization: ``tokens_per_s * flops_per_token / peak`` (``None`` when no peak is known).
 
@@ -213,4 +243,3 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: Optional[float]) -> O
     if not peak > 0:
         raise ValueError(f"peak must be a positive FLOP/s figure, got {peak}")
     return tokens_per_s * flops_per_token / peak
-

@@ -71,13 +71,19 @@ def format_facts(fmt: "str | FloatFormat") -> dict[str, object]:
     f = fp8_format(fmt)
     info, codes = torch.finfo(f.dtype), _all_codes(f)
     return {
-        "format": f.name, "exponent bits": f.exponent_bits, "mantissa bits": f.mantissa_bits,
-        "max": f.max, "finfo max": float(info.max),
-        "smallest normal": f.smallest_normal, "finfo smallest normal": float(info.smallest_normal),
-        "smallest subnormal": f.smallest_subnormal, "eps (gap above 1)": f.eps,
+        "format": f.name,
+        "exponent bits": f.exponent_bits,
+        "mantissa bits": f.mantissa_bits,
+        "max": f.max,
+        "finfo max": float(info.max),
+        "smallest normal": f.smallest_normal,
+        "finfo smallest normal": float(info.smallest_normal),
+        "smallest subnormal": f.smallest_subnormal,
+        "eps (gap above 1)": f.eps,
         "values in [1, 2)": len(representable(f, 1.0, 2.0)),
         "finite values": int(torch.unique(codes[torch.isfinite(codes)]).numel()),
-        "NaN codes": int(torch.isnan(codes).sum()), "inf codes": int(torch.isinf(codes).sum()),
+        "NaN codes": int(torch.isnan(codes).sum()),
+        "inf codes": int(torch.isinf(codes).sum()),
         "range (binades)": math.log2(f.max / f.smallest_subnormal),
     }
 
@@ -136,7 +142,9 @@ def _ungrouped(g: torch.Tensor, granularity: str, R: int, C: int) -> torch.Tenso
 
 def _per_group(scale: torch.Tensor, granularity: str) -> torch.Tensor:
     """The stored scales shaped to broadcast against :func:`_grouped`."""
-    return {"tile": lambda s: s[:, :, None], "block": lambda s: s[:, None, :, None]}.get(granularity, lambda s: s)(scale)
+    return {"tile": lambda s: s[:, :, None], "block": lambda s: s[:, None, :, None]}.get(granularity, lambda s: s)(
+        scale
+    )
 
 
 _GROUP_DIMS = {"row": (1,), "tile": (2,), "block": (1, 3)}
@@ -154,8 +162,9 @@ def _group_amax(g: torch.Tensor, granularity: str) -> torch.Tensor:
     return g.abs().amax(dim=dims)
 
 
-def quantize(x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *, block: int = TILE,
-             pow2_scale: bool = False) -> Quantized:
+def quantize(
+    x: torch.Tensor, fmt: str = "e4m3", granularity: str = "tensor", *, block: int = TILE, pow2_scale: bool = False
+) -> Quantized:
     """Scale each group of ``x`` so its max-abs lands on the format's max, then round to FP8 (chapter 10).
 
     Scales are computed online from the current values (no history).  An
@@ -240,8 +249,15 @@ def round_mantissa(x: torch.Tensor, bits: int, mode: str = "truncate") -> torch.
     return (i & ~((1 << drop) - 1)).view(torch.float32)
 
 
-def limited_dot(a: torch.Tensor, b: torch.Tensor, *, mantissa_bits: int = 14, promote_every: Optional[int] = None,
-                mode: str = "truncate", at: Optional[Sequence[int]] = None) -> torch.Tensor:
+def limited_dot(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    mantissa_bits: int = 14,
+    promote_every: Optional[int] = None,
+    mode: str = "truncate",
+    at: Optional[Sequence[int]] = None,
+) -> torch.Tensor:
     """Row-wise dot products of ``a`` and ``b`` (D, K) summed the way an FP8 tensor core sums them (chapter 10).
 
     ``a`` and ``b`` are FP8 codes (``quantize(...).data``): the tensor core
@@ -255,7 +271,9 @@ def limited_dot(a: torch.Tensor, b: torch.Tensor, *, mantissa_bits: int = 14, pr
     ``at`` (default: only the full length) as a (len(at), D) FP32 tensor.
     """
     if a.shape != b.shape or a.dim() != 2:
-        raise ValueError(f"a and b must be (D, K) matrices of the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"a and b must be (D, K) matrices of the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     if promote_every is not None and promote_every < 1:
         raise ValueError(f"promote_every must be None or >= 1, got {promote_every}")
     products = a.float() * b.float()  # (D, K)
@@ -290,9 +308,11 @@ _SUPPORT: dict[str, dict[str, str]] = {}
 def check_fp8_capability(capability: tuple[int, int], name: str = "this GPU") -> None:
     """Raise one clear error for a GPU without FP8 tensor cores (before Ada/Hopper, sm_89/sm_90)."""
     if tuple(capability) < (8, 9):
-        raise ValueError(f"FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
-                         f"{name} is sm_{capability[0]}{capability[1]}: pass emulate=True to Float8Linear / "
-                         "convert_to_float8 (same numerics, no speed-up) or train in bf16")
+        raise ValueError(
+            f"FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
+            f"{name} is sm_{capability[0]}{capability[1]}: pass emulate=True to Float8Linear / "
+            "convert_to_float8 (same numerics, no speed-up) or train in bf16"
+        )
 
 
 def scaled_mm_support(device: "torch.device | str" = "cpu") -> dict[str, str]:
@@ -311,8 +331,10 @@ def scaled_mm_support(device: "torch.device | str" = "cpu") -> dict[str, str]:
         "tensorwise": (one, one),
         "rowwise": (torch.ones(n, 1, device=device), torch.ones(1, n, device=device)),
         # DeepSeek-V3's recipe as cuBLAS takes it: (M, K/128) outer-dim-major, 128x128 blocks for b
-        "blockwise 1x128 x 128x128": (torch.ones(blocks, n, device=device).t(),
-                                      torch.ones(blocks, blocks, device=device).t()),
+        "blockwise 1x128 x 128x128": (
+            torch.ones(blocks, n, device=device).t(),
+            torch.ones(blocks, blocks, device=device).t(),
+        ),
     }
     result = {}
     for name, (sa, sb) in tries.items():
@@ -333,8 +355,10 @@ def transpose(q: Quantized) -> Quantized:
     while a row's scale (or a 1x128 tile's) would run along the wrong axis.
     """
     if q.granularity not in ("tensor", "block") or q.data.dim() != 2 or len(q.shape) != 2:
-        raise ValueError(f"a {q.granularity}-scaled tensor cannot be transposed in FP8 (its scales run along "
-                         "one axis); quantize the transpose instead")
+        raise ValueError(
+            f"a {q.granularity}-scaled tensor cannot be transposed in FP8 (its scales run along "
+            "one axis); quantize the transpose instead"
+        )
     scale = q.scale if q.granularity == "tensor" else q.scale.t().contiguous()
     return Quantized(q.data.t().contiguous(), scale, q.fmt, q.granularity, q.data.t().shape, q.block)
 
@@ -383,9 +407,17 @@ def scaled_matmul(qa: Quantized, qb: Quantized, *, emulate: bool = False, align:
     return out[:, :N].float()  # (R, N)
 
 
-def fp8_gemm(a: torch.Tensor, b: torch.Tensor, *, a_fmt: str = "e4m3", b_fmt: str = "e4m3",
-             granularity: str = "tensor", b_is_weight: bool = False, emulate: bool = False,
-             align: Optional[int] = None) -> torch.Tensor:
+def fp8_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    a_fmt: str = "e4m3",
+    b_fmt: str = "e4m3",
+    granularity: str = "tensor",
+    b_is_weight: bool = False,
+    emulate: bool = False,
+    align: Optional[int] = None,
+) -> torch.Tensor:
     """``a @ b.T`` for ``a`` (R, K) and ``b`` (N, K), both rounded to FP8 along K; FP32 (R, N).
 
     ``granularity``: ``"tensor"`` or ``"row"`` scales on both operands, or
@@ -393,8 +425,10 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, *, a_fmt: str = "e4m3", b_fmt: st
     gradients, 128x128 blocks when ``b`` is a weight.  See :func:`scaled_matmul`.
     """
     if granularity not in ("tensor", "row", "block"):
-        raise ValueError(f"unknown FP8 GEMM granularity {granularity!r}; use 'tensor', 'row' or 'block' "
-                         "(DeepSeek-V3's 1x128 tiles and 128x128 blocks)")
+        raise ValueError(
+            f"unknown FP8 GEMM granularity {granularity!r}; use 'tensor', 'row' or 'block' "
+            "(DeepSeek-V3's 1x128 tiles and 128x128 blocks)"
+        )
     a_gran = "tile" if granularity == "block" else granularity
     b_gran = ("block" if b_is_weight else "tile") if granularity == "block" else granularity
     return scaled_matmul(quantize(a, a_fmt, a_gran), quantize(b, b_fmt, b_gran), emulate=emulate, align=align)
@@ -459,13 +493,25 @@ class Float8Linear(nn.Linear):
     the output has the autocast dtype when autocast is on, else the input's.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, granularity: str = "tensor",
-                 fmt: str = "e4m3", grad_fmt: Optional[str] = None, emulate: bool = False,
-                 device=None, dtype=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        granularity: str = "tensor",
+        fmt: str = "e4m3",
+        grad_fmt: Optional[str] = None,
+        emulate: bool = False,
+        device=None,
+        dtype=None,
+    ):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         if granularity not in ("tensor", "row", "block"):
-            raise ValueError(f"unknown Float8Linear granularity {granularity!r}; use 'tensor', 'row' or "
-                             "'block' (DeepSeek-V3's 1x128 tiles and 128x128 blocks)")
+            raise ValueError(
+                f"unknown Float8Linear granularity {granularity!r}; use 'tensor', 'row' or "
+                "'block' (DeepSeek-V3's 1x128 tiles and 128x128 blocks)"
+            )
         self.granularity, self.emulate = granularity, emulate
         self.fmt = "e4m3" if fp8_format(fmt).exponent_bits == 4 else "e5m2"
         grad_fmt = grad_fmt or ("e5m2" if granularity == "tensor" else "e4m3")
@@ -493,8 +539,13 @@ class Float8Linear(nn.Linear):
         self.last_path = self.path(x.device)
         dev = x.device.type
         out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
-        cfg = {"fmt": self.fmt, "grad_fmt": self.grad_fmt, "granularity": self.granularity,
-               "emulate": self.emulate, "out_dtype": out_dtype}
+        cfg = {
+            "fmt": self.fmt,
+            "grad_fmt": self.grad_fmt,
+            "granularity": self.granularity,
+            "emulate": self.emulate,
+            "out_dtype": out_dtype,
+        }
         y = _Float8Matmul.apply(x.reshape(math.prod(x.shape[:-1]), self.in_features), self.weight, cfg)  # (M, N)
         y = y.reshape(*x.shape[:-1], self.out_features)  # (..., N)
         return y if self.bias is None else y + self.bias.to(y.dtype)
@@ -507,8 +558,9 @@ class Float8Linear(nn.Linear):
 DEFAULT_SKIP = ("head", "*.head", "lm_head", "*.lm_head", "output", "*.output")
 
 
-def convert_to_float8(model: nn.Module, *, skip: "Iterable[str] | Callable[[str, nn.Module], bool]" = DEFAULT_SKIP,
-                      **kwargs) -> nn.Module:
+def convert_to_float8(
+    model: nn.Module, *, skip: "Iterable[str] | Callable[[str, nn.Module], bool]" = DEFAULT_SKIP, **kwargs
+) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by a :class:`Float8Linear` sharing its weights (chapter 10).
 
     ``skip``: qualified-name patterns (``fnmatch``) or a predicate ``(name,
@@ -535,8 +587,9 @@ def float8_layers(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, Float8Linear)]
 
 
-def linear_operands(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                    skip: Iterable[str] = DEFAULT_SKIP) -> dict[str, dict[str, torch.Tensor]]:
+def linear_operands(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, skip: Iterable[str] = DEFAULT_SKIP
+) -> dict[str, dict[str, torch.Tensor]]:
     """The three FP8 GEMM operands of every ``nn.Linear`` in one training step of ``model(x, y)``.
 
     Returns ``{"activations": {name: X (M, K)}, "weights": {name: W (N, K)},
@@ -549,12 +602,20 @@ def linear_operands(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     for name, mod in model.named_modules():
         if type(mod) is not nn.Linear or any(fnmatch.fnmatchcase(name, p) for p in skip):
             continue
-        hooks.append(mod.register_forward_hook(
-            lambda m, inp, out, name=name: found["activations"].__setitem__(
-                name, inp[0].detach().float().reshape(-1, inp[0].shape[-1]))))
-        hooks.append(mod.register_full_backward_hook(
-            lambda m, gin, gout, name=name: found["gradients"].__setitem__(
-                name, gout[0].detach().float().reshape(-1, gout[0].shape[-1]))))
+        hooks.append(
+            mod.register_forward_hook(
+                lambda m, inp, out, name=name: found["activations"].__setitem__(
+                    name, inp[0].detach().float().reshape(-1, inp[0].shape[-1])
+                )
+            )
+        )
+        hooks.append(
+            mod.register_full_backward_hook(
+                lambda m, gin, gout, name=name: found["gradients"].__setitem__(
+                    name, gout[0].detach().float().reshape(-1, gout[0].shape[-1])
+                )
+            )
+        )
         found["weights"][name] = mod.weight.detach().float().clone()
     saved = [(p, p.grad) for p in model.parameters()]
     try:
@@ -594,9 +655,9 @@ def gemm_operands(kind: GemmKind, m: int, k: int, n: int, device: torch.device, 
     raise ValueError(f"unknown GEMM kind {kind!r}; use bf16, fp8-tensor, fp8-row or fp8-block")
 
 
-def gemm_tflops(kind: GemmKind, m: int, k: int, n: int, device: "torch.device | str" = "cpu",
-                repeats: int = 5) -> float:
+def gemm_tflops(
+    kind: GemmKind, m: int, k: int, n: int, device: "torch.device | str" = "cpu", repeats: int = 5
+) -> float:
     """Measured TFLOP/s (2mkn FLOPs per product) of one GEMM of ``kind``, operands already prepared."""
     device = torch.device(device)
     return 2 * m * k * n / median_seconds(gemm_operands(kind, m, k, n, device), repeats, dev=device) / 1e12
-

@@ -30,7 +30,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .device import Timer, device as default_device, synchronize
+from .device import Timer, synchronize
+from .device import device as default_device
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -126,8 +127,10 @@ def cross_entropy(
 
     if targets.is_floating_point():  # class probabilities (soft labels)
         if targets.shape != logits.shape:
-            raise ValueError(f"probability targets must have the logits' shape {tuple(logits.shape)}, "
-                             f"got {tuple(targets.shape)}; pass class indices as integers instead")
+            raise ValueError(
+                f"probability targets must have the logits' shape {tuple(logits.shape)}, "
+                f"got {tuple(targets.shape)}; pass class indices as integers instead"
+            )
         q = targets.movedim(1, -1)  # (N, d1.., V)
         if label_smoothing:
             q = q * (1 - label_smoothing) + label_smoothing / V
@@ -135,13 +138,17 @@ def cross_entropy(
         denominator = loss.numel()
     else:
         if targets.shape != z.shape[:-1]:
-            raise ValueError(f"targets of shape {tuple(targets.shape)} do not match logits {tuple(logits.shape)}; "
-                             f"expected {tuple(z.shape[:-1])} (one class index per row)")
+            raise ValueError(
+                f"targets of shape {tuple(targets.shape)} do not match logits {tuple(logits.shape)}; "
+                f"expected {tuple(z.shape[:-1])} (one class index per row)"
+            )
         valid = targets != ignore_index  # (N, d1..)
         picked = targets[valid]
         if picked.numel() and (picked.min() < 0 or picked.max() >= V):
-            raise ValueError(f"target {int(picked.min() if picked.min() < 0 else picked.max())} is outside "
-                             f"[0, {V}); fix the labels or pass ignore_index for padding")
+            raise ValueError(
+                f"target {int(picked.min() if picked.min() < 0 else picked.max())} is outside "
+                f"[0, {V}); fix the labels or pass ignore_index for padding"
+            )
         safe = torch.where(valid, targets, torch.zeros_like(targets))  # ignored rows read class 0, then are zeroed
         nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (N, d1..): -log p(correct class)
         if label_smoothing:
@@ -156,8 +163,10 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean")
     """Mean squared error from scratch, the same contract as ``F.mse_loss`` (chapter 3)."""
     _check_reduction(reduction)
     if input.shape != target.shape:
-        raise ValueError(f"input {tuple(input.shape)} and target {tuple(target.shape)} differ in shape; "
-                         "reshape them to match (silent broadcasting is a classic bug)")
+        raise ValueError(
+            f"input {tuple(input.shape)} and target {tuple(target.shape)} differ in shape; "
+            "reshape them to match (silent broadcasting is a classic bug)"
+        )
     return _reduce((input - target) ** 2, reduction, input.numel())
 
 
@@ -174,13 +183,23 @@ def logits_bytes(batch: int, seq: int, vocab: int, dtype: torch.dtype = torch.fl
     return batch * seq * vocab * torch.empty((), dtype=dtype).element_size()
 
 
-def naive_head_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                             ignore_index: int = -100, label_smoothing: float = 0.0,
-                             reduction: str = "mean") -> torch.Tensor:
+def naive_head_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
     """The usual path: all logits at once (as ``GPT.forward`` does), then ``F.cross_entropy``."""
     logits = (hidden @ weight.T).to(torch.promote_types(hidden.dtype, torch.float32))  # (B, T, V), all at once
-    loss = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=ignore_index,
-                           label_smoothing=label_smoothing, reduction=reduction)
+    loss = F.cross_entropy(
+        logits.flatten(0, -2),
+        targets.flatten(),
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+    )
     return loss.view(targets.shape) if reduction == "none" else loss
 
 
@@ -231,8 +250,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             scale = scale / valid.sum()
         scale = torch.where(valid, scale, torch.zeros_like(scale))  # (N,)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None  # (N, C)
-        grad_w = torch.zeros(weight.shape, dtype=m.dtype, device=weight.device) \
-            if ctx.needs_input_grad[1] else None  # (V, C), accumulated over chunks
+        grad_w = (
+            torch.zeros(weight.shape, dtype=m.dtype, device=weight.device) if ctx.needs_input_grad[1] else None
+        )  # (V, C), accumulated over chunks
         for s in range(0, N, chunk):
             rows = slice(s, s + chunk)
             g = (hidden[rows] @ weight.T).to(m.dtype)  # (n, V): recomputed logits
@@ -253,9 +273,15 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None, None
 
 
-def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                          chunk_size: int = 1024, ignore_index: int = -100, label_smoothing: float = 0.0,
-                          reduction: str = "mean") -> torch.Tensor:
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_size: int = 1024,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
     """Cross-entropy of the output head ``hidden @ weight.T`` without the full logits (chapter 3).
 
     ``hidden`` is (B, T, C) or (N, C), ``weight`` the head's (V, C) matrix,
@@ -268,17 +294,22 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if hidden.shape[:-1] != targets.shape:
-        raise ValueError(f"hidden {tuple(hidden.shape)} needs one target per row, got targets "
-                         f"{tuple(targets.shape)}; pass targets shaped {tuple(hidden.shape[:-1])}")
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} needs one target per row, got targets "
+            f"{tuple(targets.shape)}; pass targets shaped {tuple(hidden.shape[:-1])}"
+        )
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"weight must be (V, C={hidden.shape[-1]}), got {tuple(weight.shape)}; "
-                         "pass the head's weight (nn.Linear(C, V).weight)")
+        raise ValueError(
+            f"weight must be (V, C={hidden.shape[-1]}), got {tuple(weight.shape)}; "
+            "pass the head's weight (nn.Linear(C, V).weight)"
+        )
     flat_t = targets.reshape(-1)  # (N,)
     picked = flat_t[flat_t != ignore_index]
     if picked.numel() and (picked.min() < 0 or picked.max() >= weight.shape[0]):
         raise ValueError(f"targets must be in [0, {weight.shape[0]}) or ignore_index={ignore_index}")
-    loss = _ChunkedCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, flat_t,
-                                      chunk_size, ignore_index, label_smoothing, reduction)
+    loss = _ChunkedCrossEntropy.apply(
+        hidden.reshape(-1, hidden.shape[-1]), weight, flat_t, chunk_size, ignore_index, label_smoothing, reduction
+    )
     return loss.view(targets.shape) if reduction == "none" else loss
 
 
@@ -336,9 +367,17 @@ def peak_memory(fn: Callable[[], object], dev: Optional[torch.device] = None) ->
     return peak
 
 
-def compare_head_memory(batch: int, seq: int, vocab: int, width: int, chunk_size: int = 1024,
-                        dtype: torch.dtype = torch.float32, dev: Optional[torch.device] = None,
-                        repeats: int = 3, seed: int = 0) -> dict:
+def compare_head_memory(
+    batch: int,
+    seq: int,
+    vocab: int,
+    width: int,
+    chunk_size: int = 1024,
+    dtype: torch.dtype = torch.float32,
+    dev: Optional[torch.device] = None,
+    repeats: int = 3,
+    seed: int = 0,
+) -> dict:
     """Peak memory and time of forward + backward through the output head: naive vs chunked.
 
     Used by chapter 3 (CPU, live) and ``bench/gpu/chunked_loss.py`` (GPT-2 scale on a GPU).
@@ -348,12 +387,22 @@ def compare_head_memory(batch: int, seq: int, vocab: int, width: int, chunk_size
     hidden = torch.randn(batch, seq, width, generator=g).to(dev, dtype).requires_grad_()  # (B, T, C)
     weight = (0.02 * torch.randn(vocab, width, generator=g)).to(dev, dtype).requires_grad_()  # (V, C)
     targets = torch.randint(0, vocab, (batch, seq), generator=g).to(dev)  # (B, T)
-    out: dict = {"batch": batch, "seq": seq, "vocab": vocab, "width": width, "chunk_size": chunk_size,
-                 "dtype": str(dtype).removeprefix("torch."), "device": str(dev),
-                 "logits_bytes_fp32": logits_bytes(batch, seq, vocab)}
-    losses = {"naive": lambda: naive_head_cross_entropy(hidden, weight, targets),
-              "chunked": lambda: chunked_cross_entropy(hidden, weight, targets, chunk_size)}
+    out: dict = {
+        "batch": batch,
+        "seq": seq,
+        "vocab": vocab,
+        "width": width,
+        "chunk_size": chunk_size,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": str(dev),
+        "logits_bytes_fp32": logits_bytes(batch, seq, vocab),
+    }
+    losses = {
+        "naive": lambda: naive_head_cross_entropy(hidden, weight, targets),
+        "chunked": lambda: chunked_cross_entropy(hidden, weight, targets, chunk_size),
+    }
     for name, loss_fn in losses.items():
+
         def step() -> torch.Tensor:
             loss = loss_fn()
             loss.backward()

@@ -1,8 +1,9 @@
 """Models: the forward pass (chapter 2).
 
 Single-device code only: precision, FP8 and parallelism are applied from the
-outside by wrappers (:mod:`gputrain.memory`, :mod:`gputrain.fp8`, :mod:`gputrain.parallel`).  Shapes use B = batch, T = sequence
-length, C = embedding width, H = heads, V = vocabulary.
+outside by wrappers (:mod:`gputrain.memory`, :mod:`gputrain.fp8`,
+:mod:`gputrain.parallel`).  Shapes use B = batch, T = sequence length,
+C = embedding width, H = heads, V = vocabulary.
 """
 
 from __future__ import annotations
@@ -54,24 +55,40 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.n_experts < 0 or self.moe_every < 1 or self.moe_first_dense < 0:
-            raise ValueError("GPTConfig needs n_experts >= 0 (0: dense), moe_every >= 1, moe_first_dense >= 0; "
-                             f"got {self.n_experts}, {self.moe_every}, {self.moe_first_dense}")
+            raise ValueError(
+                "GPTConfig needs n_experts >= 0 (0: dense), moe_every >= 1, moe_first_dense >= 0; "
+                f"got {self.n_experts}, {self.moe_every}, {self.moe_first_dense}"
+            )
         if self.n_experts:
             self.moe_config()  # validates top_k, router, balance, capacity_factor, groups
 
     def moe_config(self) -> "moe.MoEConfig":
         """The :class:`gputrain.moe.MoEConfig` of this model's MoE blocks."""
         hidden = self.expert_hidden or 4 * self.n_embd // (self.top_k + self.n_shared_experts)
-        return moe.MoEConfig(dim=self.n_embd, n_experts=self.n_experts, top_k=self.top_k, expert_hidden=hidden,
-                             n_shared=self.n_shared_experts, router=self.router, routed_scaling=self.routed_scaling,
-                             capacity_factor=self.capacity_factor, balance=self.balance,
-                             aux_loss_weight=self.aux_loss_weight, bias_gamma=self.bias_gamma,
-                             n_groups=self.n_expert_groups, topk_groups=self.topk_expert_groups, bias=self.bias)
+        return moe.MoEConfig(
+            dim=self.n_embd,
+            n_experts=self.n_experts,
+            top_k=self.top_k,
+            expert_hidden=hidden,
+            n_shared=self.n_shared_experts,
+            router=self.router,
+            routed_scaling=self.routed_scaling,
+            capacity_factor=self.capacity_factor,
+            balance=self.balance,
+            aux_loss_weight=self.aux_loss_weight,
+            bias_gamma=self.bias_gamma,
+            n_groups=self.n_expert_groups,
+            topk_groups=self.topk_expert_groups,
+            bias=self.bias,
+        )
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) has a mixture of experts instead of a dense MLP."""
-        return (self.n_experts > 0 and layer >= self.moe_first_dense
-                and (layer - self.moe_first_dense) % self.moe_every == 0)
+        return (
+            self.n_experts > 0
+            and layer >= self.moe_first_dense
+            and (layer - self.moe_first_dense) % self.moe_every == 0
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -135,8 +152,17 @@ class MLP(nn.Module):
     position-wise feed-forward inside every GPT block (C -> 4C -> GELU -> C).
     """
 
-    def __init__(self, n_in: int, n_out: int, *, hidden: int = 64, depth: int = 2,
-                 activation: str = "relu", bias: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        n_in: int,
+        n_out: int,
+        *,
+        hidden: int = 64,
+        depth: int = 2,
+        activation: str = "relu",
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if depth < 1:
             raise ValueError(f"MLP depth must be >= 1 (the number of linear layers), got {depth}")
@@ -170,8 +196,15 @@ class Block(nn.Module):
         if cfg.is_moe_layer(layer):
             self.mlp = moe.MoE(cfg.moe_config())
         else:
-            self.mlp = MLP(cfg.n_embd, cfg.n_embd, hidden=4 * cfg.n_embd, depth=2,
-                           activation="gelu", bias=cfg.bias, dropout=cfg.dropout)
+            self.mlp = MLP(
+                cfg.n_embd,
+                cfg.n_embd,
+                hidden=4 * cfg.n_embd,
+                depth=2,
+                activation="gelu",
+                bias=cfg.bias,
+                dropout=cfg.dropout,
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))  # (B, T, C): the residual stream
@@ -301,8 +334,9 @@ class Perceptron(nn.Module):
         classes are linearly separable, by the perceptron convergence theorem).
         """
         if x.dim() != 2 or y.shape != x.shape[:1]:
-            raise ValueError(f"fit expects x of shape (n, features) and y of shape (n,), got {tuple(x.shape)} "
-                             f"and {tuple(y.shape)}")
+            raise ValueError(
+                f"fit expects x of shape (n, features) and y of shape (n,), got {tuple(x.shape)} and {tuple(y.shape)}"
+            )
         history = []
         for _ in range(epochs):
             for xi, yi in zip(x, y):  # one example at a time, as in 1958
@@ -357,8 +391,10 @@ def collapse_linear(layers: "MLP | list[nn.Linear]") -> nn.Linear:
     """
     if isinstance(layers, MLP):
         if layers.activation != "identity":
-            raise ValueError(f"this MLP puts {layers.activation!r} between its layers, so it is not one matrix; "
-                             "only an MLP built with activation='identity' collapses")
+            raise ValueError(
+                f"this MLP puts {layers.activation!r} between its layers, so it is not one matrix; "
+                "only an MLP built with activation='identity' collapses"
+            )
         layers = layers.linears()
     if not layers:
         raise ValueError("collapse_linear needs at least one nn.Linear")
@@ -411,6 +447,7 @@ def trace_shapes(model: nn.Module, *inputs, max_depth: int | None = None) -> lis
             rec = ShapeRecord(name, kind, shapes(args), ())
             records.append(rec)
             pending[id(mod)] = rec
+
         return hook
 
     def post(mod, args, out):

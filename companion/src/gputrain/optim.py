@@ -29,6 +29,7 @@ Params = Iterable[torch.Tensor] | Iterable[dict]
 
 # --- checks: one clear message per bad value --------------------------------------------
 
+
 def _check_lr(lr: float) -> None:
     if not lr > 0:  # also rejects NaN
         raise ValueError(f"learning rate lr={lr!r} must be > 0; typical values are 1e-5 to 1e-1")
@@ -69,6 +70,7 @@ def _closure_loss(closure: Optional[Callable[[], float]]) -> Optional[float]:
 
 
 # --- the optimizers ----------------------------------------------------------------------
+
 
 class SGD(Optimizer):
     r"""Plain (stochastic) gradient descent: step against the gradient.
@@ -111,16 +113,24 @@ class Momentum(Optimizer):
     Chapter 5.
     """
 
-    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.9, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         _check_lr(lr)
         _check_unit("momentum", momentum)
         _check_unit("dampening", dampening, hint="usually 0")
         _check_nonneg("weight_decay", weight_decay)
         if nesterov and (momentum == 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+        super().__init__(
+            params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
+        )
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None):
@@ -154,15 +164,24 @@ class RMSprop(Optimizer):
     Equal to ``torch.optim.RMSprop`` with the same arguments.  Chapter 5.
     """
 
-    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+    ):
         _check_lr(lr)
         _check_unit("alpha", alpha)
         _check_nonneg("eps", eps)
         _check_nonneg("weight_decay", weight_decay)
         _check_unit("momentum", momentum)
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered))
+        super().__init__(
+            params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
+        )
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None):
@@ -218,8 +237,14 @@ class Adam(Optimizer):
 
     decoupled = False  # AdamW flips this: how weight decay enters is the only difference
 
-    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
         _check_lr(lr)
         _check_betas(betas)
         _check_nonneg("eps", eps)
@@ -246,9 +271,9 @@ class Adam(Optimizer):
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.lerp_(g, 1 - beta1)  # m = beta1 m + (1 - beta1) g
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v = beta2 v + (1 - beta2) g^2
-                bias1 = 1 - beta1 ** t
-                bias2 = 1 - beta2 ** t
-                denom = (v.sqrt() / bias2 ** 0.5).add_(eps)  # sqrt(v_hat) + eps
+                bias1 = 1 - beta1**t
+                bias2 = 1 - beta2**t
+                denom = (v.sqrt() / bias2**0.5).add_(eps)  # sqrt(v_hat) + eps
                 p.addcdiv_(m, denom, value=-lr / bias1)  # w -= lr * m_hat / (sqrt(v_hat) + eps)
         return loss
 
@@ -267,8 +292,14 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
@@ -286,8 +317,9 @@ class Lion(Optimizer):
     written out separately.  Chapter 5.
     """
 
-    def __init__(self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
-                 weight_decay: float = 0.0):
+    def __init__(
+        self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0
+    ):
         _check_lr(lr)
         _check_betas(betas)
         _check_nonneg("weight_decay", weight_decay)
@@ -327,9 +359,16 @@ def state_bytes(optimizer: Optimizer) -> int:
 
 # --- experiments on small surfaces (chapter 5) --------------------------------------------
 
-def descend(loss_fn: Callable[[torch.Tensor], torch.Tensor], start: Sequence[float],
-            make_optimizer: Callable[[list[dict]], Optimizer], lrs: Sequence[float], steps: int,
-            grad_noise: float = 0.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+
+def descend(
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    start: Sequence[float],
+    make_optimizer: Callable[[list[dict]], Optimizer],
+    lrs: Sequence[float],
+    steps: int,
+    grad_noise: float = 0.0,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run an optimizer from ``start`` once per learning rate, all runs side by side.  Chapter 5.
 
     ``loss_fn`` maps a batch of points ``(n, D)`` to their losses ``(n,)``;

@@ -86,8 +86,14 @@ class _PaletteHTMLWriter(HTMLWriter):
             self._saved_frames.append(data.decode("ascii"))
 
 
-def scrubber(fig, update: Callable[[int], object], frames: int | Sequence, interval: int = 200,
-             dpi: float | None = None, colors: int | None = 256) -> HTMLFigure:
+def scrubber(
+    fig,
+    update: Callable[[int], object],
+    frames: int | Sequence,
+    interval: int = 200,
+    dpi: float | None = None,
+    colors: int | None = 256,
+) -> HTMLFigure:
     """A frame-by-frame player of ``update(frame)`` redrawing ``fig``; works on the static site.
 
     All frames are rendered now and embedded as palette PNGs (``colors``, see
@@ -102,7 +108,7 @@ def scrubber(fig, update: Callable[[int], object], frames: int | Sequence, inter
         markup = path.read_text(encoding="utf-8")
     # matplotlib links Font Awesome 4 from a CDN for its button icons; the site is
     # offline and already ships Font Awesome (the theme's), so drop the remote link.
-    markup = re.sub(r'<link[^>]+font-awesome[^>]*>', "", markup)
+    markup = re.sub(r"<link[^>]+font-awesome[^>]*>", "", markup)
     plt.close(fig)
     return HTMLFigure(markup)
 
@@ -147,13 +153,14 @@ def switcher(views: Mapping[str, str], label: str = "", start: int = 0) -> HTMLF
     )
 
 
-def loss_curves(ax, losses: Sequence[float], val_losses: Sequence[tuple[int, float]] = (),
-                smooth: int = 10, label: str = "train") -> None:
+def loss_curves(
+    ax, losses: Sequence[float], val_losses: Sequence[tuple[int, float]] = (), smooth: int = 10, label: str = "train"
+) -> None:
     """Training loss (raw and moving average) and validation points on ``ax``."""
     steps = range(1, len(losses) + 1)
     ax.plot(steps, losses, alpha=0.3, lw=0.8, color="C0")
     if smooth > 1 and len(losses) >= smooth:
-        avg = [sum(losses[i - smooth:i]) / smooth for i in range(smooth, len(losses) + 1)]
+        avg = [sum(losses[i - smooth : i]) / smooth for i in range(smooth, len(losses) + 1)]
         ax.plot(range(smooth, len(losses) + 1), avg, color="C0", label=f"{label} (moving avg {smooth})")
     if val_losses:
         s, v = zip(*val_losses)
@@ -165,8 +172,9 @@ def loss_curves(ax, losses: Sequence[float], val_losses: Sequence[tuple[int, flo
 
 def _is_photo(fig) -> bool:
     """Whether ``fig`` shows a photograph-sized image (PNG palettes suit plots, not photos)."""
-    return any(im.get_array() is not None and im.get_array().size >= PHOTO_PIXELS
-               for ax in fig.axes for im in ax.images)
+    return any(
+        im.get_array() is not None and im.get_array().size >= PHOTO_PIXELS for ax in fig.axes for im in ax.images
+    )
 
 
 PHOTO_PIXELS = 50_000  # an image with at least this many values is stored as JPEG by compact_inline

@@ -67,9 +67,17 @@ class FloatFormat:
         return 2.0**-self.mantissa_bits
 
     def describe(self) -> dict[str, object]:
-        return {"format": self.name, "bits": self.bits, "sign": 1, "exponent": self.exponent_bits,
-                "mantissa": self.mantissa_bits, "max": self.max, "smallest normal": self.smallest_normal,
-                "smallest subnormal": self.smallest_subnormal, "eps": self.eps}
+        return {
+            "format": self.name,
+            "bits": self.bits,
+            "sign": 1,
+            "exponent": self.exponent_bits,
+            "mantissa": self.mantissa_bits,
+            "max": self.max,
+            "smallest normal": self.smallest_normal,
+            "smallest subnormal": self.smallest_subnormal,
+            "eps": self.eps,
+        }
 
 
 FORMATS: dict[str, FloatFormat] = {
@@ -83,8 +91,16 @@ FORMATS: dict[str, FloatFormat] = {
         FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2),
     )
 }
-_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
-            "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
+_ALIASES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "e4m3": "fp8_e4m3",
+    "e5m2": "fp8_e5m2",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+}
 
 
 def get_format(fmt: "str | FloatFormat") -> FloatFormat:
@@ -149,13 +165,20 @@ class DynamicLossScaler:
         scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         if not init_scale > 0 or not growth_factor > 1 or not 0 < backoff_factor < 1 or growth_interval < 1:
             raise ValueError("need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1")
         if _fp32(init_scale) == float("inf"):
-            raise ValueError(f"init_scale={init_scale:g} is inf in FP32 (max {torch.finfo(torch.float32).max:.4g}); "
-                             "pass a smaller init_scale, e.g. 2.0**16")
+            raise ValueError(
+                f"init_scale={init_scale:g} is inf in FP32 (max {torch.finfo(torch.float32).max:.4g}); "
+                "pass a smaller init_scale, e.g. 2.0**16"
+            )
         self.scale_value = _fp32(init_scale)
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor

@@ -59,5 +59,7 @@ def read_result(path) -> Optional[dict]:
 def provenance_note(result: dict) -> str:
     """One sentence saying where and when a recorded result was measured."""
     p = result["provenance"]
-    return (f"Measured on {p['device']} on {p['date'][:10]} with torch {p['torch']}, "
-            f"accelerate {p['accelerate']}, CUDA {p['cuda']} (command: {p['command']}).")
+    return (
+        f"Measured on {p['device']} on {p['date'][:10]} with torch {p['torch']}, "
+        f"accelerate {p['accelerate']}, CUDA {p['cuda']} (command: {p['command']})."
+    )

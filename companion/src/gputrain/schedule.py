@@ -30,8 +30,9 @@ def _check(total_steps: int, warmup_steps: int, min_ratio: float) -> None:
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps={warmup_steps!r} must be >= 0")
     if warmup_steps > total_steps:
-        raise ValueError(f"warmup_steps={warmup_steps} exceeds total_steps={total_steps}; "
-                         f"shorten the warmup or train for more steps")
+        raise ValueError(
+            f"warmup_steps={warmup_steps} exceeds total_steps={total_steps}; shorten the warmup or train for more steps"
+        )
     if not 0.0 <= min_ratio <= 1.0:
         raise ValueError(f"min_ratio={min_ratio!r} must be in [0, 1] (a fraction of the base learning rate)")
 

@@ -88,7 +88,10 @@ def time_shares(fn: Callable, *args, rounds: int = 3, **kwargs) -> dict[str, flo
 
 
 DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
 }
 
 
@@ -137,13 +140,20 @@ class MatmulProbe:
 
     def to_dict(self) -> dict:
         """A JSON-ready row (as stored in ``book/results/matmul.json``)."""
-        return {"n": self.n, "dtype": self.dtype, "seconds": self.seconds, "tflops": self.tflops,
-                "peak_tflops": self.peak_tflops, "fraction_of_peak": self.fraction_of_peak,
-                "intensity_flop_per_byte": self.intensity}
+        return {
+            "n": self.n,
+            "dtype": self.dtype,
+            "seconds": self.seconds,
+            "tflops": self.tflops,
+            "peak_tflops": self.peak_tflops,
+            "fraction_of_peak": self.fraction_of_peak,
+            "intensity_flop_per_byte": self.intensity,
+        }
 
 
-def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = None,
-                  target_seconds: float = 0.2) -> MatmulProbe:
+def matmul_tflops(
+    n: int, dtype: str = "bf16", dev: Optional[torch.device] = None, target_seconds: float = 0.2
+) -> MatmulProbe:
     """Measure TFLOP/s of an n x n x n product in ``dtype`` (fp32, tf32, bf16, fp16) (chapter 2).
 
     On a GPU the result carries the datasheet peak, so ``fraction_of_peak`` says
@@ -162,12 +172,19 @@ def matmul_tflops(n: int, dtype: str = "bf16", dev: Optional[torch.device] = Non
     with context:
         seconds = median_seconds(lambda: torch.mm(a, b, out=out), dev=dev, min_seconds=target_seconds / 5)
     peak = peak_flops(dtype) if dev.type == "cuda" else None
-    return MatmulProbe(n=n, dtype=dtype, device=str(dev), seconds=seconds, tflops=2 * n**3 / seconds / 1e12,
-                       peak_tflops=peak / 1e12 if peak else None)
+    return MatmulProbe(
+        n=n,
+        dtype=dtype,
+        device=str(dev),
+        seconds=seconds,
+        tflops=2 * n**3 / seconds / 1e12,
+        peak_tflops=peak / 1e12 if peak else None,
+    )
 
 
-def matmul_sweep(sizes: Sequence[int], dtypes: Sequence[str], dev: Optional[torch.device] = None,
-                 target_seconds: float = 0.1) -> list[MatmulProbe]:
+def matmul_sweep(
+    sizes: Sequence[int], dtypes: Sequence[str], dev: Optional[torch.device] = None, target_seconds: float = 0.1
+) -> list[MatmulProbe]:
     """:func:`matmul_tflops` for every dtype and size: the data of a throughput-vs-size plot."""
     return [matmul_tflops(n, dt, dev, target_seconds) for dt in dtypes for n in sizes]
 
@@ -190,8 +207,13 @@ def tokens_per_second(tokens: int, seconds: float) -> float:
         raise ValueError(f"seconds must be > 0 to compute a rate, got {seconds}; time at least one step")
     return tokens / seconds
 
-def measured_peak(dtypes: Sequence[str] = ("bf16",), sizes: Optional[Sequence[int]] = None,
-                  dev: Optional[torch.device] = None, target_seconds: float = 0.1) -> MatmulProbe:
+
+def measured_peak(
+    dtypes: Sequence[str] = ("bf16",),
+    sizes: Optional[Sequence[int]] = None,
+    dev: Optional[torch.device] = None,
+    target_seconds: float = 0.1,
+) -> MatmulProbe:
     """The fastest square matrix product of a small sweep: a measured stand-in for the peak.
 
     On a GPU the default sizes are 4096 and 8192 (the bf16 product that gets
@@ -204,8 +226,9 @@ def measured_peak(dtypes: Sequence[str] = ("bf16",), sizes: Optional[Sequence[in
     return max(matmul_sweep(sizes, dtypes, dev, target_seconds), key=lambda p: p.tflops)
 
 
-def peak_for_mfu(dtype: str = "bf16", measured: bool = False, dev: Optional[torch.device] = None
-                 ) -> tuple[Optional[float], str]:
+def peak_for_mfu(
+    dtype: str = "bf16", measured: bool = False, dev: Optional[torch.device] = None
+) -> tuple[Optional[float], str]:
     """``(peak FLOP/s, where it comes from)`` for MFU: the datasheet's, or measured with ``measured=True``.
 
     MFU is quoted against the dense BF16 peak whatever precision a run uses (it
@@ -220,7 +243,10 @@ def peak_for_mfu(dtype: str = "bf16", measured: bool = False, dev: Optional[torc
         probe = measured_peak(("fp32", "bf16") if dtype == "bf16" else (dtype,), dev=dev)
     else:
         probe = measured_peak((dtype,), dev=dev)
-    return probe.tflops * 1e12, f"measured: best {probe.dtype} {probe.n}x{probe.n}x{probe.n} product on {device_name(dev)}"
+    return (
+        probe.tflops * 1e12,
+        f"measured: best {probe.dtype} {probe.n}x{probe.n}x{probe.n} product on {device_name(dev)}",
+    )
 
 
 class ThroughputMeter:
@@ -295,15 +321,17 @@ def count_ops(fn: Callable, *args, **kwargs) -> OpCount:
             calls[name] = calls.get(name, 0) + 1
             schema = func._schema
             written = [a for a, arg in zip(args, schema.arguments) if arg.alias_info and arg.alias_info.is_write]
-            written += [kwargs[arg.name] for arg in schema.arguments
-                        if arg.name in kwargs and arg.alias_info and arg.alias_info.is_write]
-            fresh = [o for o, ret in zip(out if isinstance(out, tuple) else (out,), schema.returns)
-                     if ret.alias_info is None]  # outputs that are not one of the inputs, updated in place
+            written += [
+                kwargs[arg.name]
+                for arg in schema.arguments
+                if arg.name in kwargs and arg.alias_info and arg.alias_info.is_write
+            ]
+            fresh = [
+                o for o, ret in zip(out if isinstance(out, tuple) else (out,), schema.returns) if ret.alias_info is None
+            ]  # outputs that are not one of the inputs, updated in place
             moved[0] += nbytes((args, kwargs)) + nbytes(written) + nbytes(fresh)  # every input read once
             return out
 
     with Counter():
         fn(*args, **kwargs)
     return OpCount(calls=dict(sorted(calls.items(), key=lambda kv: -kv[1])), bytes_moved=moved[0])
-
-

@@ -15,21 +15,52 @@ order; every name is also importable from ``gputrain.data`` itself:
 """
 
 from .corpus import (  # noqa: F401
-    stdlib_files, read_text_files, python_corpus, DedupReport, dedup_exact, split_indices,
+    DedupReport,
+    dedup_exact,
+    python_corpus,
+    read_text_files,
     sample_text,
+    split_indices,
+    stdlib_files,
 )
 from .images import (  # noqa: F401
-    sample_image_files, to_tensor, sample_image, decode_jpeg, resize, resize_shorter, center_crop,
-    minmax, channel_stats, standardize, random_flip, random_crop, rotate, random_rotation, augment,
-)
-from .tokenizer import (  # noqa: F401
-    ByteTokenizer, SPLIT_PATTERN, BPE_FORMAT, BPETokenizer, bytes_per_token,
+    augment,
+    center_crop,
+    channel_stats,
+    decode_jpeg,
+    minmax,
+    random_crop,
+    random_flip,
+    random_rotation,
+    resize,
+    resize_shorter,
+    rotate,
+    sample_image,
+    sample_image_files,
+    standardize,
+    to_tensor,
 )
 from .loaders import (  # noqa: F401
-    TokenDataset, split_tokens, make_loader, token_loader, infinite, JpegImages, LoaderStats,
+    JpegImages,
+    LoaderStats,
+    TokenDataset,
+    infinite,
     loader_throughput,
+    make_loader,
+    split_tokens,
+    token_loader,
 )
 from .order import (  # noqa: F401
-    digits, order_by, per_class_accuracy, OrderedRun, train_in_order,
+    OrderedRun,
+    digits,
+    order_by,
+    per_class_accuracy,
+    train_in_order,
 )
-
+from .tokenizer import (  # noqa: F401
+    BPE_FORMAT,
+    SPLIT_PATTERN,
+    BPETokenizer,
+    ByteTokenizer,
+    bytes_per_token,
+)

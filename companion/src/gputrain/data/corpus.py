@@ -81,8 +81,14 @@ def dedup_exact(items: Sequence[str], key: Optional[Callable[[str], str]] = None
             first[digest] = i
             keep.append(i)
     groups = sorted(((c, first[d]) for d, c in copies.items() if c > 1), key=lambda g: (-g[0], g[1]))
-    report = DedupReport(n_items=len(items), n_unique=len(keep), n_duplicates=len(items) - len(keep),
-                         total_bytes=total, duplicate_bytes=dup_bytes, groups=groups)
+    report = DedupReport(
+        n_items=len(items),
+        n_unique=len(keep),
+        n_duplicates=len(items) - len(keep),
+        total_bytes=total,
+        duplicate_bytes=dup_bytes,
+        groups=groups,
+    )
     return keep, report
 
 
@@ -91,8 +97,9 @@ def _check_fractions(fractions: Sequence[float]) -> None:
         raise ValueError(f"split fractions must be >= 0 and sum to 1, got {tuple(fractions)}")
 
 
-def split_indices(keys: Sequence[str], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                  method: str = "hash") -> list[list[int]]:
+def split_indices(
+    keys: Sequence[str], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "hash"
+) -> list[list[int]]:
     """Deterministic split of items (e.g. train/val/test) into lists of indices.
 
     ``method="hash"`` puts item ``i`` in a bucket chosen by the SHA-256 of
@@ -114,7 +121,7 @@ def split_indices(keys: Sequence[str], fractions: Sequence[float] = (0.8, 0.1, 0
         cuts = [0] + [round(b * len(keys)) for b in bounds]
         cuts[-1] = len(keys)
         for b in range(len(fractions)):
-            parts[b] = sorted(order[cuts[b]:cuts[b + 1]])
+            parts[b] = sorted(order[cuts[b] : cuts[b + 1]])
     else:
         raise ValueError(f"method must be 'hash' or 'permutation', got {method!r}")
     return parts

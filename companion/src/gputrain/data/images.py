@@ -33,9 +33,13 @@ def to_tensor(image) -> torch.Tensor:
     """An (H, W, C) image (NumPy array or PIL image) as a (C, H, W) tensor, same dtype and values."""
     t = torch.from_numpy(np.array(image))  # a copy: the caller's array stays untouched
     if t.dim() != 3:
-        hint = ("for a grayscale image add a channel axis first (img[..., None])" if t.dim() == 2 else
-                "that is a batch: convert each image and torch.stack them" if t.dim() == 4 else
-                "pass one image of shape (H, W, C)")
+        hint = (
+            "for a grayscale image add a channel axis first (img[..., None])"
+            if t.dim() == 2
+            else "that is a batch: convert each image and torch.stack them"
+            if t.dim() == 4
+            else "pass one image of shape (H, W, C)"
+        )
         raise ValueError(f"an image needs 3 dimensions (H, W, C), got shape {tuple(t.shape)}; {hint}")
     return t.permute(2, 0, 1).contiguous()  # (H, W, C) -> (C, H, W): channels first, as PyTorch expects
 
@@ -61,7 +65,10 @@ def _check_image(x: torch.Tensor, batch: bool = False) -> None:
     if x.dim() not in want:
         shape = "(B, C, H, W)" if batch else "(C, H, W) or (B, C, H, W)"
         hint = " add a batch axis with x[None]" if batch and x.dim() == 3 else ""
-        raise ValueError(f"expected an image tensor of shape {shape}, got shape {tuple(x.shape)};{hint or ' convert with data.to_tensor'}")
+        raise ValueError(
+            f"expected an image tensor of shape {shape}, got shape {tuple(x.shape)};"
+            f"{hint or ' convert with data.to_tensor'}"
+        )
 
 
 def resize(x: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
@@ -92,7 +99,7 @@ def center_crop(x: torch.Tensor, size: int) -> torch.Tensor:
     if size > min(h, w):
         raise ValueError(f"crop of {size} is larger than the image ({h}x{w}); resize first")
     top, left = (h - size) // 2, (w - size) // 2
-    return x[..., top:top + size, left:left + size]
+    return x[..., top : top + size, left : left + size]
 
 
 def minmax(x: torch.Tensor, dims: Optional[tuple[int, ...]] = None) -> torch.Tensor:
@@ -128,8 +135,9 @@ def random_flip(x: torch.Tensor, p: float = 0.5, generator: Optional[torch.Gener
     return torch.where(flip, x.flip(-1), x)
 
 
-def random_crop(x: torch.Tensor, size: int, padding: int = 0,
-                generator: Optional[torch.Generator] = None) -> torch.Tensor:
+def random_crop(
+    x: torch.Tensor, size: int, padding: int = 0, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
     """A random ``size`` x ``size`` window per image of a (B, C, H, W) batch (after zero ``padding``)."""
     _check_image(x, batch=True)
     if padding:
@@ -155,8 +163,13 @@ def rotate(x: torch.Tensor, degrees: torch.Tensor | float) -> torch.Tensor:
     cos, sin = torch.cos(theta), torch.sin(theta)
     # affine_grid works in [-1, 1] coordinates; scale by the aspect ratio so a
     # non-square image rotates rigidly instead of shearing.
-    a = torch.stack([torch.stack([cos, -sin * H / W, torch.zeros_like(cos)], -1),
-                     torch.stack([sin * W / H, cos, torch.zeros_like(cos)], -1)], 1)  # (B, 2, 3)
+    a = torch.stack(
+        [
+            torch.stack([cos, -sin * H / W, torch.zeros_like(cos)], -1),
+            torch.stack([sin * W / H, cos, torch.zeros_like(cos)], -1),
+        ],
+        1,
+    )  # (B, 2, 3)
     grid = F.affine_grid(a, list(x.shape), align_corners=False)  # (B, H, W, 2)
     out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return out if x.is_floating_point() else out.round().clamp(0, 255).to(x.dtype)
@@ -168,8 +181,9 @@ def random_rotation(x: torch.Tensor, max_degrees: float, generator: Optional[tor
     return rotate(x, (_rand(x.shape[0], generator) * 2 - 1) * max_degrees)
 
 
-def augment(x: torch.Tensor, size: int, generator: Optional[torch.Generator] = None,
-            max_degrees: float = 15.0, padding: int = 0) -> torch.Tensor:
+def augment(
+    x: torch.Tensor, size: int, generator: Optional[torch.Generator] = None, max_degrees: float = 15.0, padding: int = 0
+) -> torch.Tensor:
     """Flip, rotate, then crop a (B, C, H, W) batch to ``size``: the chapter's augmentation pipeline."""
     x = random_flip(x, generator=generator)
     x = random_rotation(x, max_degrees, generator=generator)

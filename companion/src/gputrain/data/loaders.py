@@ -27,8 +27,7 @@ class TokenDataset(Dataset):
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if len(tokens) < block_size + 1:
             raise ValueError(
-                f"{len(tokens)} tokens cannot make one window of {block_size}+1; "
-                "use more text or a smaller block_size"
+                f"{len(tokens)} tokens cannot make one window of {block_size}+1; use more text or a smaller block_size"
             )
         self.tokens = tokens.long()
         self.block_size = block_size
@@ -52,8 +51,16 @@ def split_tokens(tokens: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch
     return tokens[:-n_val], tokens[-n_val:]
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, drop_last: bool = False,
-                seed: int = 0, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    seed: int = 0,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> DataLoader:
     """A DataLoader with a seeded shuffle; ``pin_memory`` only takes effect when CUDA exists.
 
     Pinned (page-locked) host memory lets the copy to a GPU run asynchronously;
@@ -62,12 +69,20 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, drop
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if drop_last and batch_size > len(dataset):
-        raise ValueError(f"batch_size={batch_size} exceeds the {len(dataset)} samples of the dataset, so "
-                         "drop_last=True would yield no batch at all; lower batch_size or set drop_last=False")
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                      generator=torch.Generator().manual_seed(seed), num_workers=num_workers,
-                      pin_memory=pin_memory and torch.cuda.is_available(),
-                      persistent_workers=False)
+        raise ValueError(
+            f"batch_size={batch_size} exceeds the {len(dataset)} samples of the dataset, so "
+            "drop_last=True would yield no batch at all; lower batch_size or set drop_last=False"
+        )
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        generator=torch.Generator().manual_seed(seed),
+        num_workers=num_workers,
+        pin_memory=pin_memory and torch.cuda.is_available(),
+        persistent_workers=False,
+    )
 
 
 def token_loader(tokens: torch.Tensor, block_size: int, batch_size: int, **kwargs) -> DataLoader:
@@ -90,7 +105,9 @@ class JpegImages(Dataset):
 
     def __init__(self, jpegs: Sequence[bytes], length: int, size: int = 224):
         if not jpegs:
-            raise ValueError("JpegImages needs at least one JPEG; e.g. [p.read_bytes() for p in data.sample_image_files()]")
+            raise ValueError(
+                "JpegImages needs at least one JPEG; e.g. [p.read_bytes() for p in data.sample_image_files()]"
+            )
         self.jpegs, self.length, self.size = list(jpegs), length, size
 
     def __len__(self) -> int:
@@ -120,8 +137,9 @@ class LoaderStats:
         return self.seconds / self.batches
 
 
-def loader_throughput(loader: DataLoader, max_batches: Optional[int] = None,
-                      device: Optional[torch.device] = None) -> LoaderStats:
+def loader_throughput(
+    loader: DataLoader, max_batches: Optional[int] = None, device: Optional[torch.device] = None
+) -> LoaderStats:
     """Iterate ``loader`` (up to ``max_batches``), copying each batch to ``device`` if given; time it."""
     t0, n, samples = time.perf_counter(), 0, 0
     for batch in loader:

@@ -20,8 +20,9 @@ def digits() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(d.data, dtype=torch.float32), torch.tensor(d.target, dtype=torch.long)
 
 
-def order_by(x: torch.Tensor, y: torch.Tensor, order: str, seed: int = 0,
-             epochs: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def order_by(
+    x: torch.Tensor, y: torch.Tensor, order: str, seed: int = 0, epochs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The stream of ``epochs`` passes over a labelled set, ``"shuffled"`` or class ``"sorted"``.
 
     ``"shuffled"``: every pass is a fresh seeded permutation, as a shuffling
@@ -61,9 +62,17 @@ class OrderedRun:
     losses: list[float]  # training loss at every step
 
 
-def train_in_order(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_test: torch.Tensor,
-                   y_test: torch.Tensor, *, batch_size: int = 16, lr: float = 0.1,
-                   eval_every: int = 5) -> OrderedRun:
+def train_in_order(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    *,
+    batch_size: int = 16,
+    lr: float = 0.1,
+    eval_every: int = 5,
+) -> OrderedRun:
     """Plain SGD over the stream ``(x, y)`` once, in exactly its order; per-class test accuracy as it goes.
 
     No shuffling happens here: the order (from :func:`order_by`) *is* the
@@ -73,7 +82,7 @@ def train_in_order(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_t
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     steps, seen, accs, losses, step = [0], [-1], [per_class_accuracy(model, x_test, y_test, n_classes)], [], 0
     for start in range(0, len(y), batch_size):
-        xb, yb = x[start:start + batch_size], y[start:start + batch_size]  # (B, D), (B,)
+        xb, yb = x[start : start + batch_size], y[start : start + batch_size]  # (B, D), (B,)
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -87,7 +87,9 @@ class BPETokenizer:
         """The pre-tokenized pieces of ``text``; they always join back to ``text``."""
         parts = self._regex.findall(text)
         if sum(map(len, parts)) != len(text):
-            raise ValueError("the split pattern drops characters; use data.SPLIT_PATTERN or one that matches everything")
+            raise ValueError(
+                "the split pattern drops characters; use data.SPLIT_PATTERN or one that matches everything"
+            )
         return parts
 
     @classmethod
@@ -99,11 +101,15 @@ class BPETokenizer:
         lazy deletion finds the most frequent pair.
         """
         if vocab_size < 256:
-            raise ValueError(f"vocab_size={vocab_size} is below 256: a byte-level BPE starts from the "
-                             "256 byte tokens; use vocab_size >= 256 (256 means plain bytes, no merges)")
+            raise ValueError(
+                f"vocab_size={vocab_size} is below 256: a byte-level BPE starts from the "
+                "256 byte tokens; use vocab_size >= 256 (256 means plain bytes, no merges)"
+            )
         if not text:
-            raise ValueError("cannot train a tokenizer on an empty corpus: pass some text, "
-                             "e.g. data.python_corpus(max_bytes=300_000)")
+            raise ValueError(
+                "cannot train a tokenizer on an empty corpus: pass some text, "
+                "e.g. data.python_corpus(max_bytes=300_000)"
+            )
         tok = cls(pattern=pattern)
         freq = Counter(tok.chunks(text))
         words = [list(w.encode("utf-8")) for w in freq]  # distinct chunks as byte lists
@@ -170,8 +176,10 @@ class BPETokenizer:
         return b"".join(self.vocab[int(i)] for i in ids).decode("utf-8", errors="replace")
 
     def save(self, path) -> None:
-        Path(path).write_text(json.dumps({"format": BPE_FORMAT, "version": 1, "pattern": self.pattern,
-                                          "merges": self.merges}) + "\n", encoding="utf-8")
+        Path(path).write_text(
+            json.dumps({"format": BPE_FORMAT, "version": 1, "pattern": self.pattern, "merges": self.merges}) + "\n",
+            encoding="utf-8",
+        )
 
     @classmethod
     def load(cls, path) -> "BPETokenizer":

@@ -52,8 +52,10 @@ def chunk_ids(rank: int, n: int, zigzag: bool = True) -> tuple[int, int]:
 def split_sequence(x: torch.Tensor, n: int, rank: int, zigzag: bool = True, dim: int = -2) -> torch.Tensor:
     """This rank's positions of ``x`` along ``dim``: its two chunks, concatenated."""
     if x.shape[dim] % (2 * n):
-        raise ValueError(f"sequence length {x.shape[dim]} is not divisible by 2 x CP degree = {2 * n}: the "
-                         f"split cuts it into {2 * n} equal chunks; pad the sequence to a multiple of {2 * n}")
+        raise ValueError(
+            f"sequence length {x.shape[dim]} is not divisible by 2 x CP degree = {2 * n}: the "
+            f"split cuts it into {2 * n} equal chunks; pad the sequence to a multiple of {2 * n}"
+        )
     chunks = x.chunk(2 * n, dim)
     return torch.cat([chunks[i] for i in chunk_ids(rank, n, zigzag)], dim)
 
@@ -152,8 +154,9 @@ class RingAttention(torch.autograd.Function):
         return torch.cat(dq, -2), travel[2], travel[3], None, None
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, zigzag: bool = True,
-                   stats: RingStats | None = None) -> torch.Tensor:
+def ring_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, zigzag: bool = True, stats: RingStats | None = None
+) -> torch.Tensor:
     """Causal attention of this rank's (B, H, T/N, D) block of a sequence split over all ranks."""
     return RingAttention.apply(q, k, v, zigzag, stats if stats is not None else RingStats())
 
@@ -166,15 +169,17 @@ def ring_bytes(batch: int, heads: int, seq: int, head_dim: int, n: int, itemsize
 
 def blocks_per_rank(n: int, zigzag: bool) -> list[int]:
     """Score blocks (c x c) each rank computes under a causal mask: 2N+1 each zig-zag, 4r+3 contiguous."""
-    return [sum(len(list(_pairs(chunk_ids(r, n, zigzag), chunk_ids(j, n, zigzag)))) for j in range(n))
-            for r in range(n)]
+    return [
+        sum(len(list(_pairs(chunk_ids(r, n, zigzag), chunk_ids(j, n, zigzag)))) for j in range(n)) for r in range(n)
+    ]
 
 
 # --- per-rank function for gputrain.parallel.launch ------------------------------------------
 
 
-def ring_check(batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8, zigzag: bool = True,
-               seed: int = 0) -> dict:
+def ring_check(
+    batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8, zigzag: bool = True, seed: int = 0
+) -> dict:
     """Ring attention on this rank's block vs ``F.scaled_dot_product_attention(is_causal=True)`` on the whole.
 
     Float64.  Compares the output and the gradients of q, k and v (this
@@ -182,8 +187,9 @@ def ring_check(batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8,
     """
     n, r = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(seed)
-    q, k, v, g = (torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=torch.float64).to(rank_device())
-                  for _ in range(4))
+    q, k, v, g = (
+        torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=torch.float64).to(rank_device()) for _ in range(4)
+    )
     full = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*full, is_causal=True)  # (B, H, T, D): one device, whole sequence
     (g * ref).sum().backward()
@@ -194,7 +200,10 @@ def ring_check(batch: int = 2, heads: int = 2, seq: int = 16, head_dim: int = 8,
     (split_sequence(g, n, r, zigzag) * out).sum().backward()
     mine = lambda t: split_sequence(t, n, r, zigzag)  # noqa: E731
     errors = {"output": (out - mine(ref)).abs().max().item()}
-    errors.update({f"d{name}": (x.grad - mine(f.grad)).abs().max().item()
-                   for name, x, f in zip("qkv", local, full)})
-    return {"errors": errors, "blocks": stats.blocks, "forward_bytes": stats.forward_bytes,
-            "backward_bytes": stats.sent_bytes - stats.forward_bytes}
+    errors.update({f"d{name}": (x.grad - mine(f.grad)).abs().max().item() for name, x, f in zip("qkv", local, full)})
+    return {
+        "errors": errors,
+        "blocks": stats.blocks,
+        "forward_bytes": stats.forward_bytes,
+        "backward_bytes": stats.sent_bytes - stats.forward_bytes,
+    }

@@ -75,10 +75,14 @@ def ddp_accelerate_step(global_batch: int = 8, seq: int = 16, seed: int = 0) -> 
     optimizer.step()
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # (P,)
     every_weights = accelerator.gather(weights[None])  # (N, P)
-    print(f"samples {rank * len(xb)}..{(rank + 1) * len(xb) - 1}: loss {loss.item():.4f}, "
-          f"local grad norm {local.norm():.5f}, averaged grad norm {synced.norm():.5f}")
+    print(
+        f"samples {rank * len(xb)}..{(rank + 1) * len(xb) - 1}: loss {loss.item():.4f}, "
+        f"local grad norm {local.norm():.5f}, averaged grad norm {synced.norm():.5f}"
+    )
     return {
-        "world": world, "params": synced.numel(), "grad_bytes": synced.numel() * synced.element_size(),
+        "world": world,
+        "params": synced.numel(),
+        "grad_bytes": synced.numel() * synced.element_size(),
         "local_spread": (every_local - every_local[0]).abs().max().item(),
         "synced_spread": (every_synced - every_synced[0]).abs().max().item(),
         "mean_of_locals_err": (every_local.mean(0) - synced).abs().max().item(),
@@ -119,14 +123,17 @@ def straggler_steps(slow_rank: int = 1, delay: float = 0.1, steps: int = 4, seed
                 own.append(t1 - t0)
                 total.append(time.perf_counter() - t0)
         out[phase] = {"own": statistics.median(own), "step": statistics.median(total)}
-    print(f"step {out['equal']['step'] * 1e3:6.1f} ms when all are equal -> "
-          f"{out['one slow']['step'] * 1e3:6.1f} ms with rank {slow_rank} slowed by {delay * 1e3:.0f} ms "
-          f"(own work {out['one slow']['own'] * 1e3:.1f} ms)")
+    print(
+        f"step {out['equal']['step'] * 1e3:6.1f} ms when all are equal -> "
+        f"{out['one slow']['step'] * 1e3:6.1f} ms with rank {slow_rank} slowed by {delay * 1e3:.0f} ms "
+        f"(own work {out['one slow']['own'] * 1e3:.1f} ms)"
+    )
     return {"rank": rank, **out}
 
 
-def fsdp_check(n_layer: int = 2, n_embd: int = 32, global_batch: int = 8, seq: int = 16, steps: int = 3,
-               seed: int = 0) -> dict:
+def fsdp_check(
+    n_layer: int = 2, n_embd: int = 32, global_batch: int = 8, seq: int = 16, steps: int = 3, seed: int = 0
+) -> dict:
     """Train a small GPT with FSDP2 (``fully_shard``) next to an unsharded copy; measure the shards.
 
     Every block, then the whole model, is wrapped with ``fully_shard``: each
@@ -169,12 +176,29 @@ def fsdp_check(n_layer: int = 2, n_embd: int = 32, global_batch: int = 8, seq: i
         ref_optimizer.step()
         ref_optimizer.zero_grad()
         ref_losses.append(ref_loss.item())
-    optimizer_bytes = sum(t.to_local().numel() * t.element_size() for state in optimizer.state.values()
-                          for t in state.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
-    ref_optimizer_bytes = sum(t.numel() * t.element_size() for state in ref_optimizer.state.values()
-                              for t in state.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
-    print(f"holds {local_bytes:,} of {full_bytes:,} parameter bytes ({local_bytes / full_bytes:.1%}), "
-          f"{optimizer_bytes:,} of {ref_optimizer_bytes:,} AdamW state bytes")
-    return {"rank": rank, "world": world, "local_param_bytes": local_bytes, "full_param_bytes": full_bytes,
-            "local_optimizer_bytes": optimizer_bytes, "full_optimizer_bytes": ref_optimizer_bytes,
-            "losses": losses, "ref_losses": ref_losses}
+    optimizer_bytes = sum(
+        t.to_local().numel() * t.element_size()
+        for state in optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor) and t.dim() > 0
+    )
+    ref_optimizer_bytes = sum(
+        t.numel() * t.element_size()
+        for state in ref_optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor) and t.dim() > 0
+    )
+    print(
+        f"holds {local_bytes:,} of {full_bytes:,} parameter bytes ({local_bytes / full_bytes:.1%}), "
+        f"{optimizer_bytes:,} of {ref_optimizer_bytes:,} AdamW state bytes"
+    )
+    return {
+        "rank": rank,
+        "world": world,
+        "local_param_bytes": local_bytes,
+        "full_param_bytes": full_bytes,
+        "local_optimizer_bytes": optimizer_bytes,
+        "full_optimizer_bytes": ref_optimizer_bytes,
+        "losses": losses,
+        "ref_losses": ref_losses,
+    }

@@ -44,8 +44,16 @@ import torch.multiprocessing as mp
 
 # Imported once by the forkserver, so every child starts with them loaded (importing
 # these takes seconds; a fork that inherits them takes milliseconds).
-PRELOAD = ["torch", "torch.distributed", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
-           "torch.distributed.fsdp", "accelerate", "gputrain.model", "gputrain.parallel"]
+PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.pipelining",
+    "torch.distributed.fsdp",
+    "accelerate",
+    "gputrain.model",
+    "gputrain.parallel",
+]
 _preload_set = False
 
 
@@ -91,25 +99,35 @@ def format_outputs(outputs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _worker(fn: Callable, rank: int, nprocs: int, args: tuple, backend: str, port: int,
-            timeout: float, out_dir: str, results) -> None:
+def _worker(
+    fn: Callable, rank: int, nprocs: int, args: tuple, backend: str, port: int, timeout: float, out_dir: str, results
+) -> None:
     """Body of one child process: join the group, run ``fn``, report back."""
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-           "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
-           "GPUTRAIN_RANK": str(rank)}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(nprocs),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(nprocs),
+        "GPUTRAIN_RANK": str(rank),
+    }
     os.environ.update(env)  # Accelerate and torchrun-style code read these
     # Share the cores instead of every rank spawning one thread per core.
     threads = max(1, (os.cpu_count() or 1) // nprocs)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     out_path, err_path = Path(out_dir) / f"{rank}.out", Path(out_dir) / f"{rank}.err"
-    with open(out_path, "w", buffering=1) as out, open(err_path, "w", buffering=1) as err, \
-            redirect_stdout(out), redirect_stderr(err):
+    with (
+        open(out_path, "w", buffering=1) as out,
+        open(err_path, "w", buffering=1) as err,
+        redirect_stdout(out),
+        redirect_stderr(err),
+    ):
         try:
             if backend == "nccl":
                 torch.cuda.set_device(rank)
-            dist.init_process_group(backend, rank=rank, world_size=nprocs,
-                                    timeout=datetime.timedelta(seconds=timeout))
+            dist.init_process_group(backend, rank=rank, world_size=nprocs, timeout=datetime.timedelta(seconds=timeout))
             value = fn(*args)
             payload = ("ok", pickle.dumps(value))
         except BaseException as exc:  # noqa: BLE001 - report everything, including KeyboardInterrupt
@@ -130,8 +148,14 @@ def _context():
     return mp.get_context("forkserver")
 
 
-def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: Optional[str] = None,
-           timeout: float = 120.0, show: bool = True) -> Results:
+def launch(
+    fn: Callable[..., Any],
+    nprocs: int,
+    *args: Any,
+    backend: Optional[str] = None,
+    timeout: float = 120.0,
+    show: bool = True,
+) -> Results:
     """Run ``fn(*args)`` on ``nprocs`` processes in one process group; return each rank's value.
 
     ``fn`` must be importable (defined in a module, not a notebook cell).  The
@@ -146,12 +170,16 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: Optional[st
     if os.environ.get("GPUTRAIN_RANK") is not None:
         raise RuntimeError("launch() was called inside a launched rank; launch from the main process only")
     if getattr(fn, "__module__", None) in (None, "__main__") or "<locals>" in getattr(fn, "__qualname__", ""):
-        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is not importable by the child processes; "
-                         "define it in a module (e.g. gputrain.parallel) and import it")
+        raise ValueError(
+            f"{getattr(fn, '__qualname__', fn)!r} is not importable by the child processes; "
+            "define it in a module (e.g. gputrain.parallel) and import it"
+        )
     backend = backend or default_backend(nprocs)
     if backend == "nccl" and torch.cuda.device_count() < nprocs:
-        raise ValueError(f"backend='nccl' needs one GPU per process: {nprocs} processes, "
-                         f"{torch.cuda.device_count()} GPUs; use backend='gloo' or fewer processes")
+        raise ValueError(
+            f"backend='nccl' needs one GPU per process: {nprocs} processes, "
+            f"{torch.cuda.device_count()} GPUs; use backend='gloo' or fewer processes"
+        )
     ctx = _context()
     results = ctx.Queue()
     port = free_port()
@@ -159,8 +187,12 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: Optional[st
     with tempfile.TemporaryDirectory(prefix="gputrain-launch-") as out_dir:
         procs = []
         for rank in range(nprocs):
-            p = ctx.Process(target=_worker, name=f"gputrain-rank-{rank}", daemon=True,
-                            args=(fn, rank, nprocs, args, backend, port, timeout, out_dir, results))
+            p = ctx.Process(
+                target=_worker,
+                name=f"gputrain-rank-{rank}",
+                daemon=True,
+                args=(fn, rank, nprocs, args, backend, port, timeout, out_dir, results),
+            )
             p.start()
             procs.append(p)
         try:
@@ -199,9 +231,11 @@ def _collect(procs, results, nprocs: int, deadline: float, out_dir: str) -> list
                     raise LaunchError(_death(procs, dead, out_dir))
             elif time.perf_counter() > deadline:
                 waiting = [r for r in range(nprocs) if r not in values]
-                raise LaunchError(f"timed out: ranks {waiting} had not finished within the launch's "
-                                  "timeout (a rank waiting for a dead or slower peer hangs); raise timeout= "
-                                  "if the work is simply slow" + _tails(waiting, out_dir))
+                raise LaunchError(
+                    f"timed out: ranks {waiting} had not finished within the launch's "
+                    "timeout (a rank waiting for a dead or slower peer hangs); raise timeout= "
+                    "if the work is simply slow" + _tails(waiting, out_dir)
+                )
             continue
         if status == "ok":
             values[rank] = pickle.loads(payload)
@@ -209,8 +243,11 @@ def _collect(procs, results, nprocs: int, deadline: float, out_dir: str) -> list
         # One rank failed.  Its peers fail soon after with "connection reset" errors: wait a
         # moment, then name the root cause (a rank that died silently, else the first to raise).
         time.sleep(1.0)
-        dead = [r for r, p in enumerate(procs) if r not in values and r != rank and not p.is_alive()
-                and p.exitcode not in (0, None)]
+        dead = [
+            r
+            for r, p in enumerate(procs)
+            if r not in values and r != rank and not p.is_alive() and p.exitcode not in (0, None)
+        ]
         others = []
         while not results.empty():
             other, other_status, _ = results.get()
@@ -231,8 +268,10 @@ def _death(procs, dead: list[int], out_dir: str) -> str:
     codes = ", ".join(f"rank {r} (exit code {procs[r].exitcode})" for r in dead)
     hint = ""
     if not any((Path(out_dir) / f"{r}.out").exists() for r in dead):
-        hint = (" before reaching fn; in a script, call launch() under "
-                "`if __name__ == '__main__':` (each child imports the main module)")
+        hint = (
+            " before reaching fn; in a script, call launch() under "
+            "`if __name__ == '__main__':` (each child imports the main module)"
+        )
     return f"{codes} died without reporting a result{hint}" + _tails(dead, out_dir)
 
 

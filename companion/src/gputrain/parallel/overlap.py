@@ -108,7 +108,7 @@ class BucketedAllReduce:
             bucket.buffer.div_(self.world)
             offset = 0
             for p in bucket.params:
-                p.grad.copy_(bucket.buffer[offset:offset + p.numel()].view_as(p.grad))
+                p.grad.copy_(bucket.buffer[offset : offset + p.numel()].view_as(p.grad))
                 offset += p.numel()
             bucket.ready, bucket.handle = 0, None
 
@@ -141,8 +141,7 @@ def _step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, sync) -> None:
     sync()
 
 
-def overlap_check(width: int = 16, depth: int = 3, batch: int = 4, bucket_bytes: float = 600.0,
-                  seed: int = 0) -> dict:
+def overlap_check(width: int = 16, depth: int = 3, batch: int = 4, bucket_bytes: float = 600.0, seed: int = 0) -> dict:
     """Gradients of naive and bucketed data parallelism against DistributedDataParallel's, on this rank."""
     dev = rank_device()
     x, y = (t.to(dev) for t in _data(batch, width, seed))
@@ -161,13 +160,17 @@ def overlap_check(width: int = 16, depth: int = 3, batch: int = 4, bucket_bytes:
     local = mlp(width, depth, seed).to(dev)
     _step(local, x, y, lambda: None)
     err = lambda k: max((a - b).abs().max().item() for a, b in zip(grads[k], grads["ddp"]))  # noqa: E731
-    return {"naive_vs_ddp": err("naive"), "bucketed_vs_ddp": err("bucketed"),
-            "local_vs_ddp": max((p.grad - b).abs().max().item() for p, b in zip(local.parameters(), grads["ddp"])),
-            "buckets": [b.nbytes for b in bucketed.buckets]}
+    return {
+        "naive_vs_ddp": err("naive"),
+        "bucketed_vs_ddp": err("bucketed"),
+        "local_vs_ddp": max((p.grad - b).abs().max().item() for p, b in zip(local.parameters(), grads["ddp"])),
+        "buckets": [b.nbytes for b in bucketed.buckets],
+    }
 
 
-def overlap_timing(width: int, depth: int, batch: int, bucket_sizes: list[float], steps: int = 5,
-                   seed: int = 0) -> dict:
+def overlap_timing(
+    width: int, depth: int, batch: int, bucket_sizes: list[float], steps: int = 5, seed: int = 0
+) -> dict:
     """Step time (forward, backward, all-reduce) of no sync, naive, bucketed at each size, and DDP.
 
     Returns the median and the best (least disturbed) of ``steps`` steps of each.
@@ -175,8 +178,10 @@ def overlap_timing(width: int, depth: int, batch: int, bucket_sizes: list[float]
     dev = rank_device()
     x, y = (t.to(dev) for t in _data(batch, width, seed))
     model = mlp(width, depth, seed).to(dev)
-    runs: dict[str, tuple[nn.Module, object]] = {"compute only": (model, lambda: None),
-                                                 "naive": (model, lambda: naive_all_reduce(model))}
+    runs: dict[str, tuple[nn.Module, object]] = {
+        "compute only": (model, lambda: None),
+        "naive": (model, lambda: naive_all_reduce(model)),
+    }
     for size in bucket_sizes:
         m = copy.deepcopy(model)
         runs[f"bucketed {size / 2**20:g} MiB"] = (m, BucketedAllReduce(m, size).wait)
@@ -192,8 +197,11 @@ def overlap_timing(width: int, depth: int, batch: int, bucket_sizes: list[float]
             if step:
                 times[name].append(time.perf_counter() - t0)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {"median": {k: statistics.median(v) for k, v in times.items()},
-            "best": {k: min(v) for k, v in times.items()}, "grad_bytes": grad_bytes}
+    return {
+        "median": {k: statistics.median(v) for k, v in times.items()},
+        "best": {k: min(v) for k, v in times.items()},
+        "grad_bytes": grad_bytes,
+    }
 
 
 def overlap_trace(width: int, depth: int, batch: int, bucket_bytes: float, steps: int = 3, seed: int = 0) -> dict:
@@ -222,11 +230,21 @@ def overlap_trace(width: int, depth: int, batch: int, bucket_bytes: float, steps
         bucketed.wait()
         t_end = time.perf_counter()
     layer_of = {id(lin.weight): i for i, lin in enumerate(linears)}
-    buckets = [{"launch": b.launched - t0, "done": (b.completed[0] if b.completed else t_end) - t0,
-                "bytes": b.nbytes, "layers": sorted({layer_of[id(p)] for p in b.params if id(p) in layer_of})}
-               for b in bucketed.buckets]
-    return {"layers": {i: (s - t0, e - t0) for i, (s, e) in spans.items()}, "buckets": buckets,
-            "backward_end": t_backward - t0, "step_end": t_end - t0}
+    buckets = [
+        {
+            "launch": b.launched - t0,
+            "done": (b.completed[0] if b.completed else t_end) - t0,
+            "bytes": b.nbytes,
+            "layers": sorted({layer_of[id(p)] for p in b.params if id(p) in layer_of}),
+        }
+        for b in bucketed.buckets
+    ]
+    return {
+        "layers": {i: (s - t0, e - t0) for i, (s, e) in spans.items()},
+        "buckets": buckets,
+        "backward_end": t_backward - t0,
+        "step_end": t_end - t0,
+    }
 
 
 def draw_overlap(ax, trace: dict, title: str = "") -> None:
@@ -237,8 +255,16 @@ def draw_overlap(ax, trace: dict, title: str = "") -> None:
         ax.add_patch(plt.Rectangle((s * ms, 0.6), (e - s) * ms, 0.8, color="tab:orange", ec="white"))
         ax.text((s + e) / 2 * ms, 1.0, str(i), ha="center", va="center", fontsize=7)
     for j, b in enumerate(trace["buckets"]):
-        ax.add_patch(plt.Rectangle((b["launch"] * ms, -0.4 + 0.15 * (j % 2)), (b["done"] - b["launch"]) * ms, 0.65,
-                                   color=cmap(j % 10), alpha=0.8, ec="white"))
+        ax.add_patch(
+            plt.Rectangle(
+                (b["launch"] * ms, -0.4 + 0.15 * (j % 2)),
+                (b["done"] - b["launch"]) * ms,
+                0.65,
+                color=cmap(j % 10),
+                alpha=0.8,
+                ec="white",
+            )
+        )
     ax.axvline(trace["backward_end"] * ms, color="k", lw=0.8, ls="--")
     ax.set_yticks([0, 1], ["all-reduce\n(buckets)", "backward\n(layer)"])
     ax.set_ylim(-0.6, 1.6)

@@ -115,13 +115,16 @@ def _simulate(name: str, orders: list[list[tuple[str, int]]], m: int, forward: i
 
 def _deps(kind: str, i: int, k: int, n_stages: int) -> list[tuple[str, int, int]]:
     """What op (kind, stage k, micro i) waits for: F the previous stage's F; B its F and the next B; W its B."""
-    return {"F": [("F", k - 1, i)] if k > 0 else [],
-            "B": [("F", k, i)] + ([("B", k + 1, i)] if k < n_stages - 1 else []),
-            "W": [("B", k, i)]}[kind]
+    return {
+        "F": [("F", k - 1, i)] if k > 0 else [],
+        "B": [("F", k, i)] + ([("B", k + 1, i)] if k < n_stages - 1 else []),
+        "W": [("B", k, i)],
+    }[kind]
 
 
-def run_orders(name: str, orders: list[list[tuple[str, int, int]]], m: int, durations: dict[str, int],
-               n_stages: int, v: int = 1) -> Timeline:
+def run_orders(
+    name: str, orders: list[list[tuple[str, int, int]]], m: int, durations: dict[str, int], n_stages: int, v: int = 1
+) -> Timeline:
     """List-schedule each device's ordered ``(kind, micro, stage[, paired])`` ops as early as dependencies allow.
 
     ``stage`` is the op's position along its micro-batch's route through the
@@ -193,14 +196,23 @@ def draw_timeline(ax, timeline: Timeline, upto: Optional[float] = None, label: b
             color = cmaps[op.kind](shade)
             ax.add_patch(plt.Rectangle((op.start, s - 0.4), end - op.start, 0.8, color=color, ec="white"))
             if label and end - op.start >= 0.6:
-                ax.text((op.start + end) / 2, s, f"{op.micro}", ha="center", va="center", fontsize=7,
-                        color="white" if shade > 0.6 else "black")
+                ax.text(
+                    (op.start + end) / 2,
+                    s,
+                    f"{op.micro}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if shade > 0.6 else "black",
+                )
     ax.set_xlim(0, timeline.makespan)
     ax.set_ylim(timeline.p - 0.5, -0.5)  # stage 0 on top
     ax.set_yticks(range(timeline.p), [f"stage {s}" for s in range(timeline.p)])
     ax.set_xlabel("time (one forward = 1 unit)")
-    ax.set_title(f"{timeline.name}: p={timeline.p}, m={timeline.m}, bubble {float(timeline.bubble()):.0%}, "
-                 f"peak in flight {max(timeline.peak_in_flight())}")
+    ax.set_title(
+        f"{timeline.name}: p={timeline.p}, m={timeline.m}, bubble {float(timeline.bubble()):.0%}, "
+        f"peak in flight {max(timeline.peak_in_flight())}"
+    )
 
 
 def split_layers(n_layers: int, stages: int) -> list[range]:
@@ -208,8 +220,10 @@ def split_layers(n_layers: int, stages: int) -> list[range]:
     if stages < 1:
         raise ValueError(f"need at least one pipeline stage, got {stages}")
     if stages > n_layers:
-        raise ValueError(f"cannot split {n_layers} layers into {stages} pipeline stages: every stage needs "
-                         f"at least one layer; use at most {n_layers} stages")
+        raise ValueError(
+            f"cannot split {n_layers} layers into {stages} pipeline stages: every stage needs "
+            f"at least one layer; use at most {n_layers} stages"
+        )
     base, extra = divmod(n_layers, stages)
     out, start = [], 0
     for s in range(stages):
@@ -229,8 +243,15 @@ def _stack(n_layers: int, n_embd: int, seed: int) -> nn.Sequential:
     return nn.Sequential(*[Block(cfg) for _ in range(n_layers)])
 
 
-def pipeline_check(n_layers: int = 4, n_embd: int = 32, batch: int = 8, seq: int = 16,
-                   microbatches: int = 4, schedule: str = "1F1B", seed: int = 0) -> dict:
+def pipeline_check(
+    n_layers: int = 4,
+    n_embd: int = 32,
+    batch: int = 8,
+    seq: int = 16,
+    microbatches: int = 4,
+    schedule: str = "1F1B",
+    seed: int = 0,
+) -> dict:
     """Train step of a block stack pipelined over all ranks vs the same stack on one process.
 
     Each rank keeps its consecutive blocks (:func:`split_layers`) and runs
@@ -256,7 +277,7 @@ def pipeline_check(n_layers: int = 4, n_embd: int = 32, batch: int = 8, seq: int
     ref_loss.backward()
 
     mine = split_layers(n_layers, world)[rank]
-    part = _stack(n_layers, n_embd, seed).to(dev)[mine.start:mine.stop]  # same weights, my blocks only
+    part = _stack(n_layers, n_embd, seed).to(dev)[mine.start : mine.stop]  # same weights, my blocks only
     stage = PipelineStage(part, rank, world, dev)
     kind = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}[schedule]
     runner = kind(stage, n_microbatches=microbatches, loss_fn=loss_fn)  # averages micro-batch grads
@@ -268,7 +289,13 @@ def pipeline_check(n_layers: int = 4, n_embd: int = 32, batch: int = 8, seq: int
     else:
         runner.step()
     pipe_loss = torch.stack(losses).mean().item() if losses else None
-    ref_params = dict(full[mine.start:mine.stop].named_parameters())
+    ref_params = dict(full[mine.start : mine.stop].named_parameters())
     grad_err = max((p.grad - ref_params[name].grad).abs().max().item() for name, p in part.named_parameters())
-    return {"rank": rank, "layers": list(mine), "ref_loss": ref_loss.item(), "pipe_loss": pipe_loss,
-            "max_grad_diff": grad_err, "params": sum(p.numel() for p in part.parameters())}
+    return {
+        "rank": rank,
+        "layers": list(mine),
+        "ref_loss": ref_loss.item(),
+        "pipe_loss": pipe_loss,
+        "max_grad_diff": grad_err,
+        "params": sum(p.numel() for p in part.parameters()),
+    }

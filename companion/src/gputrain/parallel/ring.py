@@ -45,8 +45,10 @@ def chunk_bounds(numel: int, n: int) -> list[tuple[int, int]]:
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n}")
     if numel < n:
-        raise ValueError(f"a tensor of {numel} elements cannot be cut into {n} ring chunks; "
-                         f"use a tensor with at least world_size={n} elements (or dist.all_reduce)")
+        raise ValueError(
+            f"a tensor of {numel} elements cannot be cut into {n} ring chunks; "
+            f"use a tensor with at least world_size={n} elements (or dist.all_reduce)"
+        )
     base, extra = divmod(numel, n)
     bounds, start = [], 0
     for i in range(n):
@@ -82,8 +84,10 @@ def ring_all_reduce_time(nbytes: float, n: int, bandwidth: float, latency: float
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group) -> None:
     """Send ``send`` to the right neighbour while receiving ``recv`` from the left one."""
-    ops = [dist.P2POp(dist.isend, send, group=group, group_peer=right),
-           dist.P2POp(dist.irecv, recv, group=group, group_peer=left)]
+    ops = [
+        dist.P2POp(dist.isend, send, group=group, group_peer=right),
+        dist.P2POp(dist.irecv, recv, group=group, group_peer=left),
+    ]
     for work in dist.batch_isend_irecv(ops):  # posted together: nobody waits for anybody first
         work.wait()
 
@@ -96,8 +100,9 @@ def _count(traffic: Traffic, out: torch.Tensor, recv: torch.Tensor, item: int, t
         trace.append(flat.detach().clone().cpu())
 
 
-def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None,
-                    trace: Optional[list] = None) -> Traffic:
+def ring_all_reduce(
+    tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None, trace: Optional[list] = None
+) -> Traffic:
     """Sum ``tensor`` over all ranks of ``group`` in place, with send/recv around a ring.
 
     Gives the same result as ``dist.all_reduce(tensor, group=group)`` (up to
@@ -140,8 +145,9 @@ def ring_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = N
     return traffic
 
 
-def parameter_server_all_reduce(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None,
-                                server: int = 0) -> Traffic:
+def parameter_server_all_reduce(
+    tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None, server: int = 0
+) -> Traffic:
     """Sum ``tensor`` over ``group`` through one server rank: gather, add, send back.
 
     The naive scheme the ring replaced.  Returns this rank's :class:`Traffic`;
@@ -201,11 +207,17 @@ def traffic_survey(sizes: list[int], numel: int, seed: int = 0) -> list[dict]:
         counts = [None] * n
         dist.all_gather_object(counts, (ring_t, ps_t), group=group)
         if rank == 0:
-            rows.append({"n": n, "numel": numel, "bytes": numel * x.element_size(),
-                         "ring_sent": [c[0].sent_bytes for c in counts],
-                         "ring_received": [c[0].received_bytes for c in counts],
-                         "ps_sent": [c[1].sent_bytes for c in counts],
-                         "ps_received": [c[1].received_bytes for c in counts]})
+            rows.append(
+                {
+                    "n": n,
+                    "numel": numel,
+                    "bytes": numel * x.element_size(),
+                    "ring_sent": [c[0].sent_bytes for c in counts],
+                    "ring_received": [c[0].received_bytes for c in counts],
+                    "ps_sent": [c[1].sent_bytes for c in counts],
+                    "ps_received": [c[1].received_bytes for c in counts],
+                }
+            )
     return rows
 
 

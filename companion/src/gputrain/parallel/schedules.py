@@ -32,12 +32,15 @@ def check_virtual_stages(p: int, v: int, n_layers: int | None = None) -> None:
     if v < 1:
         raise ValueError(f"need at least one model chunk per device, got v={v}")
     if n_layers is not None and p * v > n_layers:
-        raise ValueError(f"{p} devices x {v} virtual stages = {p * v} virtual stages, more than the {n_layers} "
-                         f"layers: every virtual stage needs a layer; use v <= {n_layers // p}")
+        raise ValueError(
+            f"{p} devices x {v} virtual stages = {p * v} virtual stages, more than the {n_layers} "
+            f"layers: every virtual stage needs a layer; use v <= {n_layers // p}"
+        )
 
 
-def schedule_interleaved(p: int, m: int, v: int, forward: int = 1, backward: int = 2,
-                         n_layers: int | None = None) -> Timeline:
+def schedule_interleaved(
+    p: int, m: int, v: int, forward: int = 1, backward: int = 2, n_layers: int | None = None
+) -> Timeline:
     """Megatron's interleaved 1F1B: v chunks per device; ``forward``/``backward`` are per chunk.
 
     Forwards run in groups of p micro-batches per chunk (chunk 0 for micro-
@@ -63,7 +66,7 @@ def schedule_interleaved(p: int, m: int, v: int, forward: int = 1, backward: int
         order = fw[:warmup]
         for j in range(total - warmup):
             order += [fw[warmup + j], bw[j]]
-        order += bw[total - warmup:]
+        order += bw[total - warmup :]
         orders.append([(kind, i, c * p + d) for kind, i, c in order])  # chunk c of device d = stage c·p + d
     return run_orders(f"interleaved 1F1B (v={v})", orders, m, {"F": forward, "B": backward}, p * v, v)
 
@@ -161,14 +164,17 @@ def schedule_dualpipe(p: int, m: int, forward: int = 1, backward: int = 1, weigh
     return run_orders("DualPipe", orders, m, {"F": forward, "B": backward, "W": weight}, p)
 
 
-def bubble_formula(schedule: str, p: int, m: int = 1, v: int = 1, F: int = 1, B: int = 1,
-                   W: int = 1) -> Fraction:
+def bubble_formula(schedule: str, p: int, m: int = 1, v: int = 1, F: int = 1, B: int = 1, W: int = 1) -> Fraction:
     """Idle time per device from the papers, with F, B (input gradient) and W per stage (per chunk if v > 1).
 
     DeepSeek-V3's table writes B for the *full* backward (our B + W) and F&B for an
     overlapped forward-backward pair; without overlap F&B = F + B + W.
     """
     full = B + W
-    formulas = {"1F1B": (p - 1) * (F + full), "interleaved": (p - 1) * (F + full),
-                "ZB-H1": (p - 1) * (F + full - 2 * W), "DualPipe": (p // 2 - 1) * ((F + full) + full - 3 * W)}
+    formulas = {
+        "1F1B": (p - 1) * (F + full),
+        "interleaved": (p - 1) * (F + full),
+        "ZB-H1": (p - 1) * (F + full - 2 * W),
+        "DualPipe": (p // 2 - 1) * ((F + full) + full - 3 * W),
+    }
     return Fraction(formulas[schedule])

@@ -182,8 +182,10 @@ class ParallelBlock(nn.Module):
         super().__init__()
         t, r = dist.get_world_size(), dist.get_rank()
         if dense.a % t:
-            raise ValueError(f"{dense.a} attention heads cannot be split over a tensor-parallel degree of {t}: "
-                             f"pick a degree that divides {dense.a}")
+            raise ValueError(
+                f"{dense.a} attention heads cannot be split over a tensor-parallel degree of {t}: "
+                f"pick a degree that divides {dense.a}"
+            )
         self.sequence, self.t, self.log = sequence, t, CommLog()
         self.h, self.a, self.p = dense.h, dense.a, dense.p
         self.ln1, self.ln2 = copy.deepcopy(dense.ln1), copy.deepcopy(dense.ln2)  # replicated
@@ -225,8 +227,9 @@ class ParallelBlock(nn.Module):
             self.log.add("all-reduce (parameters)", 0, self.t)  # parameter-sized; not activation traffic
 
 
-def korthikanti_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False,
-                          mask_bytes: int = 1) -> float:
+def korthikanti_per_layer(
+    s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False, mask_bytes: int = 1
+) -> float:
     """Activation bytes per layer per rank, Korthikanti et al. (2022) table 2, no recomputation.
 
     Tensor parallel: sbh(10 + 24/t + 5as/(ht)); with sequence parallelism:
@@ -256,8 +259,11 @@ def dropout_mask_bytes(dtype: torch.dtype = torch.bfloat16) -> int:
 def _params_of(par: ParallelBlock, dense: DenseBlock) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """(this rank's gradient, the matching slice of the one-device gradient) for every parameter."""
     t, r = par.t, dist.get_rank()
-    pairs = {f"{ln}.{k}": (getattr(getattr(par, ln), k).grad, getattr(getattr(dense, ln), k).grad)
-             for ln in ("ln1", "ln2") for k in ("weight", "bias")}
+    pairs = {
+        f"{ln}.{k}": (getattr(getattr(par, ln), k).grad, getattr(getattr(dense, ln), k).grad)
+        for ln in ("ln1", "ln2")
+        for k in ("weight", "bias")
+    }
     for name in ("qkv", "fc"):
         lo, hi = shard_range(getattr(dense, name).out_features, t, r)
         pairs[f"{name}.weight"] = (getattr(par, f"{name}_w").grad, getattr(dense, name).weight.grad[lo:hi])
@@ -291,15 +297,29 @@ def block_check(s: int = 8, b: int = 2, h: int = 16, a: int = 4, sequence: bool 
     y_par = par(x_par)
     (g[lo:hi] * y_par).sum().backward()  # summed over ranks under SP: the same loss
     par.sync_grads()
-    errors = {"output": (y_par - y_ref[lo:hi]).abs().max().item(),
-              "input grad": (x_par.grad - x_ref.grad[lo:hi]).abs().max().item()}
+    errors = {
+        "output": (y_par - y_ref[lo:hi]).abs().max().item(),
+        "input grad": (x_par.grad - x_ref.grad[lo:hi]).abs().max().item(),
+    }
     errors.update({k: (mine - ref).abs().max().item() for k, (mine, ref) in _params_of(par, dense).items()})
-    return {"errors": errors, "calls": dict(par.log.calls), "sent_bytes": par.log.sent_bytes,
-            "activation_bytes": s * b * h * 8}
+    return {
+        "errors": errors,
+        "calls": dict(par.log.calls),
+        "sent_bytes": par.log.sent_bytes,
+        "activation_bytes": s * b * h * 8,
+    }
 
 
-def saved_activation_bytes(s: int, b: int, h: int, a: int, sequence: bool = False, dropout: float = 0.1,
-                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict:
+def saved_activation_bytes(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    sequence: bool = False,
+    dropout: float = 0.1,
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+) -> dict:
     """Bytes autograd saves for the backward of one block on this rank (16-bit activations, 1-byte masks).
 
     Parameters, the s x s causal mask and the LayerNorms' per-position mean
@@ -328,9 +348,13 @@ def saved_activation_bytes(s: int, b: int, h: int, a: int, sequence: bool = Fals
     # The block's input is saved too (by the first LayerNorm): count it like Korthikanti et al.
     total = sum(n for n, _ in seen.values()) + x.numel() * x.element_size()
     mask = dropout_mask_bytes(dtype)
-    return {"bytes": total, "mask_bytes": mask, "paper": korthikanti_per_layer(s, b, h, a, t, sequence),
-            "formula": korthikanti_per_layer(s, b, h, a, t, sequence, mask),
-            "tensors": sorted(seen.values(), reverse=True)}
+    return {
+        "bytes": total,
+        "mask_bytes": mask,
+        "paper": korthikanti_per_layer(s, b, h, a, t, sequence),
+        "formula": korthikanti_per_layer(s, b, h, a, t, sequence, mask),
+        "tensors": sorted(seen.values(), reverse=True),
+    }
 
 
 def torch_tp_check(s: int = 8, b: int = 2, h: int = 16, a: int = 4, sequence: bool = False, seed: int = 0) -> dict:
@@ -351,20 +375,27 @@ def torch_tp_check(s: int = 8, b: int = 2, h: int = 16, a: int = 4, sequence: bo
     ours.sync_grads()
 
     if sequence:
-        plan = {"ln1": SequenceParallel(sequence_dim=0), "ln2": SequenceParallel(sequence_dim=0),
-                "qkv": ColwiseParallel(input_layouts=Shard(0)), "fc": ColwiseParallel(input_layouts=Shard(0)),
-                "proj": RowwiseParallel(output_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
+        plan = {
+            "ln1": SequenceParallel(sequence_dim=0),
+            "ln2": SequenceParallel(sequence_dim=0),
+            "qkv": ColwiseParallel(input_layouts=Shard(0)),
+            "fc": ColwiseParallel(input_layouts=Shard(0)),
+            "proj": RowwiseParallel(output_layouts=Shard(0)),
+            "fc2": RowwiseParallel(output_layouts=Shard(0)),
+        }
     else:
-        plan = {"qkv": ColwiseParallel(), "fc": ColwiseParallel(), "proj": RowwiseParallel(),
-                "fc2": RowwiseParallel()}
+        plan = {"qkv": ColwiseParallel(), "fc": ColwiseParallel(), "proj": RowwiseParallel(), "fc2": RowwiseParallel()}
     lib = parallelize_module(copy.deepcopy(dense), init_device_mesh(dev.type, (t,)), plan)
     y_lib = lib(x[lo:hi].clone())
     (g[lo:hi] * y_lib).sum().backward()
     local = lambda p: p.to_local() if hasattr(p, "to_local") else p  # noqa: E731
-    errors = {"output": (y_lib - y_ours).abs().max().item(),
-              "qkv.weight grad": (local(lib.qkv.weight.grad) - ours.qkv_w.grad).abs().max().item(),
-              "fc2.weight grad": (local(lib.fc2.weight.grad) - ours.fc2_w.grad).abs().max().item()}
+    errors = {
+        "output": (y_lib - y_ours).abs().max().item(),
+        "qkv.weight grad": (local(lib.qkv.weight.grad) - ours.qkv_w.grad).abs().max().item(),
+        "fc2.weight grad": (local(lib.fc2.weight.grad) - ours.fc2_w.grad).abs().max().item(),
+    }
     ln = lib.ln1.weight.grad
-    errors["ln1.weight grad"] = ((ln.full_tensor() if hasattr(ln, "full_tensor") else ln)
-                                 - ours.ln1.weight.grad).abs().max().item()
+    errors["ln1.weight grad"] = (
+        ((ln.full_tensor() if hasattr(ln, "full_tensor") else ln) - ours.ln1.weight.grad).abs().max().item()
+    )
     return errors

@@ -41,8 +41,9 @@ def shard_range(size: int, degree: int, rank: int, what: str = "dimension") -> t
     if degree < 1:
         raise ValueError(f"tensor-parallel degree must be >= 1, got {degree}")
     if size % degree:
-        raise ValueError(f"tensor-parallel degree {degree} does not divide the {what} {size}; "
-                         f"pick a degree that divides {size}")
+        raise ValueError(
+            f"tensor-parallel degree {degree} does not divide the {what} {size}; pick a degree that divides {size}"
+        )
     if not 0 <= rank < degree:
         raise ValueError(f"rank {rank} is outside a tensor-parallel group of {degree}")
     step = size // degree
@@ -89,8 +90,14 @@ class ColumnParallelLinear(nn.Module):
     ``out/T`` slice (feed it to a :class:`RowParallelLinear`).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 group: Optional[dist.ProcessGroup] = None, traffic: Optional[Traffic] = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Optional[dist.ProcessGroup] = None,
+        traffic: Optional[Traffic] = None,
+    ):
         super().__init__()
         self.group = group
         self.degree, self.rank = dist.get_world_size(group), dist.get_rank(group)
@@ -103,9 +110,9 @@ class ColumnParallelLinear(nn.Module):
     @torch.no_grad()
     def load_dense(self, dense: nn.Linear) -> "ColumnParallelLinear":
         """Copy this rank's rows of a full ``nn.Linear``."""
-        self.weight.copy_(dense.weight[self.start:self.end])
+        self.weight.copy_(dense.weight[self.start : self.end])
         if self.bias is not None:
-            self.bias.copy_(dense.bias[self.start:self.end])
+            self.bias.copy_(dense.bias[self.start : self.end])
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,8 +127,14 @@ class RowParallelLinear(nn.Module):
     the partial products are summed with one all-reduce, then the (replicated) bias is added.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 group: Optional[dist.ProcessGroup] = None, traffic: Optional[Traffic] = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Optional[dist.ProcessGroup] = None,
+        traffic: Optional[Traffic] = None,
+    ):
         super().__init__()
         self.group = group
         self.degree, self.rank = dist.get_world_size(group), dist.get_rank(group)
@@ -134,7 +147,7 @@ class RowParallelLinear(nn.Module):
     @torch.no_grad()
     def load_dense(self, dense: nn.Linear) -> "RowParallelLinear":
         """Copy this rank's columns of a full ``nn.Linear`` (and its whole bias)."""
-        self.weight.copy_(dense.weight[:, self.start:self.end])
+        self.weight.copy_(dense.weight[:, self.start : self.end])
         if self.bias is not None:
             self.bias.copy_(dense.bias)
         return self
@@ -164,8 +177,9 @@ class TensorParallelMLP(nn.Module):
     def from_dense(cls, mlp: nn.Module, group: Optional[dist.ProcessGroup] = None) -> "TensorParallelMLP":
         """Shard a dense GELU MLP with ``fc`` and ``proj`` linear layers (a GPT block's ``mlp``)."""
         if getattr(mlp, "activation", "gelu") != "gelu" or getattr(mlp, "hidden", None):
-            raise ValueError("from_dense expects a two-layer GELU MLP (fc -> GELU -> proj), "
-                             "like gputrain.model.Block(cfg).mlp")
+            raise ValueError(
+                "from_dense expects a two-layer GELU MLP (fc -> GELU -> proj), like gputrain.model.Block(cfg).mlp"
+            )
         tp = cls(mlp.fc.in_features, mlp.fc.out_features, group=group)
         tp.fc.load_dense(mlp.fc)
         tp.proj.load_dense(mlp.proj)
@@ -211,23 +225,27 @@ def tensor_parallel_check(n_embd: int = 32, batch: int = 4, seq: int = 8, seed: 
     errors = {
         "output": (y_tp - y_ref).abs().max().item(),
         "input grad": (x_tp.grad - x_ref.grad).abs().max().item(),
-        "fc.weight grad": (fc.weight.grad - dense.fc.weight.grad[fc.start:fc.end]).abs().max().item(),
-        "fc.bias grad": (fc.bias.grad - dense.fc.bias.grad[fc.start:fc.end]).abs().max().item(),
-        "proj.weight grad": (proj.weight.grad - dense.proj.weight.grad[:, proj.start:proj.end]).abs().max().item(),
+        "fc.weight grad": (fc.weight.grad - dense.fc.weight.grad[fc.start : fc.end]).abs().max().item(),
+        "fc.bias grad": (fc.bias.grad - dense.fc.bias.grad[fc.start : fc.end]).abs().max().item(),
+        "proj.weight grad": (proj.weight.grad - dense.proj.weight.grad[:, proj.start : proj.end]).abs().max().item(),
         "proj.bias grad": (proj.bias.grad - dense.proj.bias.grad).abs().max().item(),
     }
 
     # The same split through PyTorch's DTensor-based tensor parallelism.
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
     torch.manual_seed(seed)
-    library = parallelize_module(dense_mlp(), mesh,
-                                 {"fc": ColwiseParallel(), "proj": RowwiseParallel()})
+    library = parallelize_module(dense_mlp(), mesh, {"fc": ColwiseParallel(), "proj": RowwiseParallel()})
     x_lib = x.clone().requires_grad_(True)
     y_lib = library(x_lib)  # (B, T, C), a plain tensor (use_local_output=True)
     y_lib.square().mean().backward()
     errors["torch TP output"] = (y_lib - y_tp).abs().max().item()
     errors["torch TP fc.weight grad"] = (library.fc.weight.grad.to_local() - fc.weight.grad).abs().max().item()
     errors["torch TP proj.weight grad"] = (library.proj.weight.grad.to_local() - proj.weight.grad).abs().max().item()
-    return {"errors": errors, "allreduces": tp.traffic.messages, "allreduced_bytes": tp.traffic.sent_bytes,
-            "activation_bytes": x.numel() * x.element_size(), "fc_shard": tuple(fc.weight.shape),
-            "proj_shard": tuple(proj.weight.shape)}
+    return {
+        "errors": errors,
+        "allreduces": tp.traffic.messages,
+        "allreduced_bytes": tp.traffic.sent_bytes,
+        "activation_bytes": x.numel() * x.element_size(),
+        "fc_shard": tuple(fc.weight.shape),
+        "proj_shard": tuple(proj.weight.shape),
+    }

@@ -42,8 +42,9 @@ def _forward(stage: nn.ModuleList, x: torch.Tensor) -> tuple[torch.Tensor, list,
     return x, xs, ys
 
 
-def run_schedule(name: str = "ZB-H1", microbatches: int = 4, width: int = 16, layers: int = 2,
-                 batch: int = 8, seed: int = 0) -> dict:
+def run_schedule(
+    name: str = "ZB-H1", microbatches: int = 4, width: int = 16, layers: int = 2, batch: int = 8, seed: int = 0
+) -> dict:
     """Train step of a 2+ stage MLP pipeline under ``name`` ("1F1B" or "ZB-H1"); returns grads and memory.
 
     With "1F1B" the backward is whole (B computes input and weight gradients
@@ -98,8 +99,11 @@ def run_schedule(name: str = "ZB-H1", microbatches: int = 4, width: int = 16, la
             _accumulate(stage.parameters(), wg)
     for w in sends:
         w.wait()
-    return {"grads": [q.grad.clone() for q in stage.parameters()], "peak_in_flight": peak,
-            "order": "".join(f"{k}{i}" for k, i in order)}
+    return {
+        "grads": [q.grad.clone() for q in stage.parameters()],
+        "peak_in_flight": peak,
+        "order": "".join(f"{k}{i}" for k, i in order),
+    }
 
 
 def _accumulate(params, grads) -> None:
@@ -122,6 +126,9 @@ def zb_check(microbatches: int = 4, width: int = 16, layers: int = 2, batch: int
     ((out - target.reshape(batch, width).to(rank_device())).square().sum() / batch).backward()
     ref = [q.grad for q in stages[s].parameters()]
     diff = lambda a, b: max((u - w).abs().max().item() for u, w in zip(a, b))  # noqa: E731
-    return {"zb_vs_1f1b": diff(zb["grads"], one["grads"]), "1f1b_vs_one_process": diff(one["grads"], ref),
-            "peak": {"1F1B": one["peak_in_flight"], "ZB-H1": zb["peak_in_flight"]},
-            "order": {"1F1B": one["order"], "ZB-H1": zb["order"]}}
+    return {
+        "zb_vs_1f1b": diff(zb["grads"], one["grads"]),
+        "1f1b_vs_one_process": diff(one["grads"], ref),
+        "peak": {"1F1B": one["peak_in_flight"], "ZB-H1": zb["peak_in_flight"]},
+        "order": {"1F1B": one["order"], "ZB-H1": zb["order"]},
+    }

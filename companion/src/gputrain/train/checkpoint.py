@@ -109,8 +109,10 @@ def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
 
 def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
     torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")),
-                                        key=lambda k: int(k.rsplit(".", 1)[1]))]
+    cuda = [
+        tensors[k]
+        for k in sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    ]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
     version, state, gauss = meta["python"]
@@ -119,8 +121,17 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler, progress: dict,
-                    model_config: Optional[dict] = None, keep: int = 2, run: Optional[dict] = None) -> Path:
+def save_checkpoint(
+    directory,
+    step: int,
+    model: nn.Module,
+    optimizer,
+    scheduler,
+    progress: dict,
+    model_config: Optional[dict] = None,
+    keep: int = 2,
+    run: Optional[dict] = None,
+) -> Path:
     """Write ``directory/step_{step:08d}`` atomically and keep only the ``keep`` newest checkpoints.
 
     Chapter 6, "Checkpoints that survive a crash": temporary name, fsync of
@@ -136,12 +147,15 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
     tmp = root / f".{final.name}.tmp"
     tmp.mkdir()
     weights, aliases = weights_of(model)
-    model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases),
-                  "model_config": json.dumps(model_config)}
+    model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases), "model_config": json.dumps(model_config)}
     history = ("losses", "lrs", "grad_norms")  # long float lists: tensors, not JSON
     trainer = {f"history.{name}": torch.tensor(progress[name], dtype=torch.float64) for name in history}
-    meta = {"format": CHECKPOINT_FORMAT, "step": step, "run": run or {},
-            "progress": {k: v for k, v in progress.items() if k not in history}}
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "run": run or {},
+        "progress": {k: v for k, v in progress.items() if k not in history},
+    }
     opt_state = optimizer.state_dict()
     meta["optimizer"] = {"param_groups": opt_state["param_groups"], "scalars": {}}
     for idx, state in opt_state["state"].items():
@@ -154,12 +168,17 @@ def save_checkpoint(directory, step: int, model: nn.Module, optimizer, scheduler
     meta["scheduler"] = scheduler.state_dict()
     rng_tensors, meta["rng"] = _rng_state()
     trainer.update(rng_tensors)
-    files = {"model.safetensors": st_save(weights, metadata=model_meta),
-             "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)})}
+    files = {
+        "model.safetensors": st_save(weights, metadata=model_meta),
+        "trainer.safetensors": st_save(trainer, metadata={"gputrain": json.dumps(meta)}),
+    }
     for name, data in files.items():
         _write_file(tmp / name, data)
-    manifest = {"format": CHECKPOINT_FORMAT, "step": step,
-                "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
+    manifest = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    }
     _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
     _fsync_dir(tmp)
     os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
@@ -219,37 +238,52 @@ def read_checkpoint(path) -> Checkpoint:
                 return f.metadata() or {}
 
         model_meta, trainer_meta = header("model.safetensors"), header("trainer.safetensors")
-        return Checkpoint(path=path, step=int(manifest["step"]),
-                          weights=st_load(blobs["model.safetensors"]), aliases=json.loads(model_meta["aliases"]),
-                          model_config=json.loads(model_meta["model_config"]),
-                          trainer=st_load(blobs["trainer.safetensors"]), meta=json.loads(trainer_meta["gputrain"]))
+        return Checkpoint(
+            path=path,
+            step=int(manifest["step"]),
+            weights=st_load(blobs["model.safetensors"]),
+            aliases=json.loads(model_meta["aliases"]),
+            model_config=json.loads(model_meta["model_config"]),
+            trainer=st_load(blobs["trainer.safetensors"]),
+            meta=json.loads(trainer_meta["gputrain"]),
+        )
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
         reason = first_line(exc)
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); "
-                              "resume from an earlier checkpoint") from None
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); resume from an earlier checkpoint"
+        ) from None
 
 
 def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
     """One clear error when the checkpoint was written by a model of another shape (either direction)."""
     if ckpt.model_config and model_config:
         keys = sorted((set(ckpt.model_config) | set(model_config)) - {"dropout"})  # dropout has no shape
-        diff = ", ".join(f"{k}={ckpt.model_config.get(k)} (this run: {model_config.get(k)})" for k in keys
-                         if ckpt.model_config.get(k) != model_config.get(k))
+        diff = ", ".join(
+            f"{k}={ckpt.model_config.get(k)} (this run: {model_config.get(k)})"
+            for k in keys
+            if ckpt.model_config.get(k) != model_config.get(k)
+        )
         if diff:
-            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
-                                  "resume with the checkpoint's shape or start a fresh checkpoint_dir")
+            raise CheckpointError(
+                f"checkpoint {str(ckpt.path)!r} holds a different model: {diff}; "
+                "resume with the checkpoint's shape or start a fresh checkpoint_dir"
+            )
     own = model.state_dict()
     stored = set(ckpt.weights) | set(ckpt.aliases)  # tied weights are stored once, under their alias
     for name, t in ckpt.weights.items():
         if name not in own or tuple(own[name].shape) != tuple(t.shape):
             have = tuple(own[name].shape) if name in own else "no such tensor"
-            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
-                                  f"this model has {have}; resume with the model that wrote it")
+            raise CheckpointError(
+                f"checkpoint {str(ckpt.path)!r} holds {name} of shape {tuple(t.shape)}, "
+                f"this model has {have}; resume with the model that wrote it"
+            )
     missing = [name for name in own if name not in stored]
     if missing:
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} lacks {', '.join(missing[:3])}"
-                              f"{' ...' if len(missing) > 3 else ''} that this model has; "
-                              "resume with the model that wrote it")
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} lacks {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''} that this model has; "
+            "resume with the model that wrote it"
+        )
 
 
 def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
@@ -295,5 +329,3 @@ def load_trainer_state(ckpt: Checkpoint, optimizer, scheduler) -> dict:
     for name in ("losses", "lrs", "grad_norms"):
         progress[name] = ckpt.trainer[f"history.{name}"].tolist()
     return progress
-
-

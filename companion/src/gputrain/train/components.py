@@ -35,24 +35,37 @@ def _fused() -> bool:
 
 
 OPTIMIZERS: dict[str, OptimizerChoice] = {
-    "adamw": OptimizerChoice(lambda g, c: torch.optim.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
-                             "torch.optim.AdamW, decoupled weight decay (the default)"),
-    "adam": OptimizerChoice(lambda g, c: torch.optim.Adam(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
-                            "torch.optim.Adam, weight decay as an L2 term in the gradient"),
+    "adamw": OptimizerChoice(
+        lambda g, c: torch.optim.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
+        "torch.optim.AdamW, decoupled weight decay (the default)",
+    ),
+    "adam": OptimizerChoice(
+        lambda g, c: torch.optim.Adam(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
+        "torch.optim.Adam, weight decay as an L2 term in the gradient",
+    ),
     "sgd": OptimizerChoice(lambda g, c: torch.optim.SGD(g, lr=c.lr), "torch.optim.SGD, no momentum"),
-    "momentum": OptimizerChoice(lambda g, c: torch.optim.SGD(g, lr=c.lr, momentum=c.beta1),
-                                "torch.optim.SGD with momentum beta1 (heavy ball)"),
-    "lion": OptimizerChoice(lambda g, c: scratch.Lion(g, lr=c.lr, betas=(c.beta1, c.beta2)),
-                            "Lion (from scratch, gputrain.optim.Lion: torch has none); use a 3-10x smaller lr"),
-    "scratch-adamw": OptimizerChoice(lambda g, c: scratch.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2)),
-                                     "chapter 5's AdamW from scratch (gputrain.optim.AdamW)"),
-    "scratch-adam": OptimizerChoice(lambda g, c: scratch.Adam(g, lr=c.lr, betas=(c.beta1, c.beta2)),
-                                    "chapter 5's Adam from scratch"),
+    "momentum": OptimizerChoice(
+        lambda g, c: torch.optim.SGD(g, lr=c.lr, momentum=c.beta1), "torch.optim.SGD with momentum beta1 (heavy ball)"
+    ),
+    "lion": OptimizerChoice(
+        lambda g, c: scratch.Lion(g, lr=c.lr, betas=(c.beta1, c.beta2)),
+        "Lion (from scratch, gputrain.optim.Lion: torch has none); use a 3-10x smaller lr",
+    ),
+    "scratch-adamw": OptimizerChoice(
+        lambda g, c: scratch.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2)),
+        "chapter 5's AdamW from scratch (gputrain.optim.AdamW)",
+    ),
+    "scratch-adam": OptimizerChoice(
+        lambda g, c: scratch.Adam(g, lr=c.lr, betas=(c.beta1, c.beta2)), "chapter 5's Adam from scratch"
+    ),
     "scratch-sgd": OptimizerChoice(lambda g, c: scratch.SGD(g, lr=c.lr), "chapter 5's SGD from scratch"),
-    "scratch-momentum": OptimizerChoice(lambda g, c: scratch.Momentum(g, lr=c.lr, momentum=c.beta1),
-                                        "chapter 5's heavy-ball momentum from scratch"),
-    "scratch-rmsprop": OptimizerChoice(lambda g, c: scratch.RMSprop(g, lr=c.lr, alpha=c.beta2),
-                                       "chapter 5's RMSprop from scratch (beta2 is its smoothing alpha)"),
+    "scratch-momentum": OptimizerChoice(
+        lambda g, c: scratch.Momentum(g, lr=c.lr, momentum=c.beta1), "chapter 5's heavy-ball momentum from scratch"
+    ),
+    "scratch-rmsprop": OptimizerChoice(
+        lambda g, c: scratch.RMSprop(g, lr=c.lr, alpha=c.beta2),
+        "chapter 5's RMSprop from scratch (beta2 is its smoothing alpha)",
+    ),
 }
 
 
@@ -63,17 +76,25 @@ class ScheduleChoice:
 
 
 SCHEDULES: dict[str, ScheduleChoice] = {
-    "cosine": ScheduleChoice(lambda c: warmup_cosine(c.max_steps, c.warmup_steps, c.min_lr_ratio),
-                             "warmup, then cosine decay to lr * min_lr_ratio (the default)"),
+    "cosine": ScheduleChoice(
+        lambda c: warmup_cosine(c.max_steps, c.warmup_steps, c.min_lr_ratio),
+        "warmup, then cosine decay to lr * min_lr_ratio (the default)",
+    ),
     "constant": ScheduleChoice(lambda c: warmup_constant(c.warmup_steps, c.max_steps), "warmup, then flat"),
-    "linear": ScheduleChoice(lambda c: warmup_linear(c.max_steps, c.warmup_steps, c.min_lr_ratio),
-                             "warmup, then a straight line down to lr * min_lr_ratio"),
-    "wsd": ScheduleChoice(lambda c: wsd(c.max_steps, c.warmup_steps, c.decay_fraction, c.min_lr_ratio),
-                          "warmup, stable at lr, linear decay over the last decay_fraction of the steps"),
+    "linear": ScheduleChoice(
+        lambda c: warmup_linear(c.max_steps, c.warmup_steps, c.min_lr_ratio),
+        "warmup, then a straight line down to lr * min_lr_ratio",
+    ),
+    "wsd": ScheduleChoice(
+        lambda c: wsd(c.max_steps, c.warmup_steps, c.decay_fraction, c.min_lr_ratio),
+        "warmup, stable at lr, linear decay over the last decay_fraction of the steps",
+    ),
     "cosine-restarts": ScheduleChoice(
-        lambda c: cyclic(c.restart_steps or max(1, (c.max_steps - c.warmup_steps) // 4), c.min_lr_ratio,
-                         warmup_steps=c.warmup_steps),
-        "warmup, then cosine cycles of restart_steps that restart at lr (SGDR)"),
+        lambda c: cyclic(
+            c.restart_steps or max(1, (c.max_steps - c.warmup_steps) // 4), c.min_lr_ratio, warmup_steps=c.warmup_steps
+        ),
+        "warmup, then cosine cycles of restart_steps that restart at lr (SGDR)",
+    ),
 }
 
 # Accelerate's mixed-precision modes (chapter 7; fp8 in chapter 10): name -> what it needs
@@ -93,8 +114,10 @@ def choice_error(field: str, value: str, table: dict) -> ValueError:
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices (and embeddings) only, never on biases and norm gains (chapter 6)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -113,28 +113,57 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
 
     def _check_numbers(self) -> None:
-        positive = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "corpus_bytes", "batch_size",
-                    "grad_accum_steps", "max_steps", "eval_batches", "max_bad_steps", "keep_checkpoints")
+        positive = (
+            "vocab_size",
+            "block_size",
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "corpus_bytes",
+            "batch_size",
+            "grad_accum_steps",
+            "max_steps",
+            "eval_batches",
+            "max_bad_steps",
+            "keep_checkpoints",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("seq_len", "warmup_steps", "weight_decay", "grad_clip", "eval_interval", "patience",
-                     "spike_window", "checkpoint_interval", "seed", "restart_steps", "n_experts", "n_shared_experts",
-                     "expert_hidden", "capacity_factor", "aux_loss_weight", "bias_gamma", "moe_first_dense"):
+        for name in (
+            "seq_len",
+            "warmup_steps",
+            "weight_decay",
+            "grad_clip",
+            "eval_interval",
+            "patience",
+            "spike_window",
+            "checkpoint_interval",
+            "seed",
+            "restart_steps",
+            "n_experts",
+            "n_shared_experts",
+            "expert_hidden",
+            "capacity_factor",
+            "aux_loss_weight",
+            "bias_gamma",
+            "moe_first_dense",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.vocab_size < 256:
             raise ValueError(f"vocab_size={self.vocab_size} is too small for bytes; use at least 256")
         if self.seq_len > self.block_size:
-            raise ValueError(f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
-                             "lower --seq-len or raise --block-size")
+            raise ValueError(
+                f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
+                "lower --seq-len or raise --block-size"
+            )
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if self.warmup_steps > self.max_steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; "
-                             "shorten the warmup")
+            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; shorten the warmup")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not self.spike_threshold > 0:
@@ -143,13 +172,20 @@ class TrainConfig:
             raise ValueError("spike_window must be 0 (off) or >= 2 losses")
 
     def _check_choices(self) -> None:
-        for name, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("mixed_precision", MIXED_PRECISION),
-                            ("router", ROUTERS), ("balance", BALANCES)):
+        for name, table in (
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("mixed_precision", MIXED_PRECISION),
+            ("router", ROUTERS),
+            ("balance", BALANCES),
+        ):
             if getattr(self, name) not in table:
                 raise choice_error(name, getattr(self, name), table)
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999")
+                raise ValueError(
+                    f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999"
+                )
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.patience and not self.eval_interval:
@@ -169,8 +205,9 @@ class TrainConfig:
             if getattr(self, name) and Path(getattr(self, name)).exists() and not Path(getattr(self, name)).is_dir():
                 raise ValueError(f"{name}={getattr(self, name)!r} is a file; pass a directory (new or empty)")
         if self.resume_from and not Path(self.resume_from).exists():
-            raise FileNotFoundError(f"resume_from={self.resume_from!r} does not exist; "
-                                    "pass a checkpoint directory written by gputrain")
+            raise FileNotFoundError(
+                f"resume_from={self.resume_from!r} does not exist; pass a checkpoint directory written by gputrain"
+            )
 
     @property
     def window(self) -> int:
@@ -180,13 +217,27 @@ class TrainConfig:
     def model_config(self) -> GPTConfig:
         moe = {}
         if self.n_experts:  # the GPT validates these (top_k <= n_experts, ...)
-            moe = dict(n_experts=self.n_experts, n_shared_experts=self.n_shared_experts, top_k=self.top_k,
-                       expert_hidden=self.expert_hidden, router=self.router,
-                       capacity_factor=self.capacity_factor or None, balance=self.balance,
-                       aux_loss_weight=self.aux_loss_weight, bias_gamma=self.bias_gamma,
-                       moe_first_dense=self.moe_first_dense)
-        return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, **moe)
+            moe = dict(
+                n_experts=self.n_experts,
+                n_shared_experts=self.n_shared_experts,
+                top_k=self.top_k,
+                expert_hidden=self.expert_hidden,
+                router=self.router,
+                capacity_factor=self.capacity_factor or None,
+                balance=self.balance,
+                aux_loss_weight=self.aux_loss_weight,
+                bias_gamma=self.bias_gamma,
+                moe_first_dense=self.moe_first_dense,
+            )
+        return GPTConfig(
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout,
+            **moe,
+        )
 
 
 def tiny(**overrides) -> TrainConfig:
@@ -196,8 +247,20 @@ def tiny(**overrides) -> TrainConfig:
 
 def small(**overrides) -> TrainConfig:
     """A 10 M-parameter GPT (6 x 384, context 256): minutes on one GPU, hours on a CPU (chapter 6)."""
-    base = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1, corpus_bytes=20_000_000,
-                batch_size=64, max_steps=5000, lr=1e-3, warmup_steps=200, eval_interval=250, eval_batches=20)
+    base = dict(
+        n_layer=6,
+        n_head=6,
+        n_embd=384,
+        block_size=256,
+        dropout=0.1,
+        corpus_bytes=20_000_000,
+        batch_size=64,
+        max_steps=5000,
+        lr=1e-3,
+        warmup_steps=200,
+        eval_interval=250,
+        eval_batches=20,
+    )
     return TrainConfig(**{**base, **overrides})
 
 
@@ -209,10 +272,24 @@ def gpt2_small(**overrides) -> TrainConfig:
     With the 256-byte vocabulary it has 86 M parameters rather than GPT-2's
     124 M (whose 50,257-token vocabulary alone holds 39 M).
     """
-    base = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, corpus_bytes=2_000_000_000,
-                batch_size=16, grad_accum_steps=32, max_steps=10_000, lr=6e-4, warmup_steps=700,
-                mixed_precision="bf16", compile=True, eval_interval=500, eval_batches=40,
-                checkpoint_dir="checkpoints/gpt2_small", checkpoint_interval=1000)
+    base = dict(
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        block_size=1024,
+        corpus_bytes=2_000_000_000,
+        batch_size=16,
+        grad_accum_steps=32,
+        max_steps=10_000,
+        lr=6e-4,
+        warmup_steps=700,
+        mixed_precision="bf16",
+        compile=True,
+        eval_interval=500,
+        eval_batches=40,
+        checkpoint_dir="checkpoints/gpt2_small",
+        checkpoint_interval=1000,
+    )
     return TrainConfig(**{**base, **overrides})
 
 

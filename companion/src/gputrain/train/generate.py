@@ -24,8 +24,10 @@ def load_model(checkpoint) -> tuple[GPT, Checkpoint]:
     """The GPT a checkpoint (or the newest one in a checkpoint_dir) holds, in eval mode, on the CPU."""
     ckpt = read_checkpoint(checkpoint)
     if not ckpt.model_config:
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} holds a custom model, not a gputrain GPT; "
-                              "load it with the code that built that model")
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} holds a custom model, not a gputrain GPT; "
+            "load it with the code that built that model"
+        )
     known = {f.name for f in fields(GPTConfig)}
     try:
         cfg = GPTConfig(**{k: v for k, v in ckpt.model_config.items() if k in known})
@@ -41,8 +43,14 @@ def _as_model(checkpoint_or_model) -> GPT:
     return checkpoint_or_model if isinstance(checkpoint_or_model, GPT) else load_model(checkpoint_or_model)[0]
 
 
-def sample(checkpoint_or_model, prompt: str = "\n", tokens: int = 200, temperature: float = 0.8,
-           top_k: Optional[int] = 40, seed: int = 1) -> str:
+def sample(
+    checkpoint_or_model,
+    prompt: str = "\n",
+    tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: Optional[int] = 40,
+    seed: int = 1,
+) -> str:
     """The prompt and ``tokens`` sampled bytes after it, decoded as UTF-8 (chapter 6).
 
     ``temperature`` divides the logits (lower: safer, more repetitive);
@@ -63,14 +71,25 @@ def sample(checkpoint_or_model, prompt: str = "\n", tokens: int = 200, temperatu
     if int(ids.max()) >= model.cfg.vocab_size:
         raise ValueError(f"the prompt has bytes beyond the model's vocabulary of {model.cfg.vocab_size}")
     generator = torch.Generator().manual_seed(seed)
-    out = model.generate(ids[None].to(next(model.parameters()).device), tokens, temperature=temperature,
-                         top_k=top_k or None, generator=generator)  # (1, T + tokens)
+    out = model.generate(
+        ids[None].to(next(model.parameters()).device),
+        tokens,
+        temperature=temperature,
+        top_k=top_k or None,
+        generator=generator,
+    )  # (1, T + tokens)
     return bytes(out[0].tolist()).decode("utf-8", errors="replace")
 
 
 @torch.no_grad()
-def evaluate_text(checkpoint_or_model, data: Optional[str] = None, *, corpus_bytes: int = 400_000,
-                  max_batches: int = 50, batch_size: int = 16) -> dict:
+def evaluate_text(
+    checkpoint_or_model,
+    data: Optional[str] = None,
+    *,
+    corpus_bytes: int = 400_000,
+    max_batches: int = 50,
+    batch_size: int = 16,
+) -> dict:
     """Loss (nats per byte), perplexity and bits per byte of a model on held-out text (chapter 6).
 
     Without ``data`` the text is the run's own validation split: the trailing
@@ -96,8 +115,10 @@ def evaluate_text(checkpoint_or_model, data: Optional[str] = None, *, corpus_byt
         tokens = split_tokens(tokens, run_cfg.get("val_fraction", 0.1))[1]
         held_out = "the run's validation split"
     if len(tokens) < model.cfg.block_size + 1:
-        raise ValueError(f"{len(tokens)} tokens of held-out text cannot fill one window of "
-                         f"{model.cfg.block_size}; pass more text with --data")
+        raise ValueError(
+            f"{len(tokens)} tokens of held-out text cannot fill one window of "
+            f"{model.cfg.block_size}; pass more text with --data"
+        )
     windows = TokenDataset(tokens, model.cfg.block_size)
     total, count = 0.0, 0
     for start in range(0, min(len(windows), max_batches * batch_size), batch_size):
@@ -105,5 +126,11 @@ def evaluate_text(checkpoint_or_model, data: Optional[str] = None, *, corpus_byt
         _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
         total, count = total + loss.item() * y.numel(), count + y.numel()
     loss = total / count
-    return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": loss / math.log(2), "tokens": count,
-            "data": source, "held_out": held_out}
+    return {
+        "loss": loss,
+        "perplexity": math.exp(loss),
+        "bits_per_byte": loss / math.log(2),
+        "tokens": count,
+        "data": source,
+        "held_out": held_out,
+    }

@@ -37,8 +37,10 @@ def load_text(cfg: TrainConfig) -> str:
     try:
         ds = datasets.load_dataset(name, split=split or "train")
     except (ValueError, OSError) as exc:  # unknown split, no such dataset, offline: one line, not a traceback
-        raise ValueError(f"data={cfg.data!r}: Hugging Face datasets could not load it ({first_line(exc)}); "
-                         "check the name and split, or pass local files") from None
+        raise ValueError(
+            f"data={cfg.data!r}: Hugging Face datasets could not load it ({first_line(exc)}); "
+            "check the name and split, or pass local files"
+        ) from None
     column = "text" if "text" in ds.column_names else ds.column_names[0]
     parts, total = [], 0
     for row in ds:
@@ -59,8 +61,10 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
     need = cfg.window + 1
     for name, part in (("training", train_tokens), ("validation", val_tokens)):
         if len(part) < need:
-            raise ValueError(f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
-                             "use more text, a larger val_fraction, or a smaller seq_len")
+            raise ValueError(
+                f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
+                "use more text, a larger val_fraction, or a smaller seq_len"
+            )
     return TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
 
 

@@ -28,22 +28,34 @@ import torch
 import torch.nn as nn
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import (DistributedType, FullyShardedDataParallelPlugin, GradientAccumulationPlugin,
-                              set_seed)
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, GradientAccumulationPlugin, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..memory import apply_activation_checkpointing
 from ..model import GPT
 from ..speed import fp32_matmul
-from .checkpoint import (Checkpoint, CheckpointError, best_weights_path, check_compatible, checkpoint_path,
-                         checkpoint_step, list_checkpoints, load_trainer_state, load_weights, read_best_weights,
-                         read_checkpoint, save_best_weights, save_checkpoint, weights_of)
+from .checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    best_weights_path,
+    check_compatible,
+    checkpoint_path,
+    checkpoint_step,
+    list_checkpoints,
+    load_trainer_state,
+    load_weights,
+    read_best_weights,
+    read_checkpoint,
+    save_best_weights,
+    save_checkpoint,
+    weights_of,
+)
 from .components import lr_lambda, make_optimizer
 from .config import TrainConfig
 from .inputs import EpochSampler, build_data, endless_batches
 from .runlog import RunLog, event_steps
-from .step import Batch, StepGuard, TrainingDiverged, train_step, evaluate
+from .step import Batch, StepGuard, TrainingDiverged, evaluate, train_step
 
 
 @dataclass
@@ -71,8 +83,10 @@ class Progress:
     def from_dict(cls, data: dict) -> "Progress":
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
-            raise CheckpointError(f"the checkpoint's progress has fields this gputrain does not know "
-                                  f"({', '.join(sorted(unknown))}); resume with the gputrain that wrote it")
+            raise CheckpointError(
+                f"the checkpoint's progress has fields this gputrain does not know "
+                f"({', '.join(sorted(unknown))}); resume with the gputrain that wrote it"
+            )
         progress = cls(**data)
         progress.val_losses = [(int(s), float(v)) for s, v in progress.val_losses]
         return progress
@@ -101,33 +115,47 @@ class TrainResult:
     log_path: Optional[Path] = None  # metrics.csv written (None without a log_dir)
 
     def summary(self) -> dict:
-        return {"first_loss": self.losses[0], "final_loss": self.losses[-1], "val_losses": self.val_losses,
-                "tokens_per_s": self.tokens_per_s, "seconds": self.seconds, "steps": self.steps,
-                "skipped": len(self.skipped), "spikes": len(self.spikes), "stopped_early": self.stopped_early,
-                "best_val_loss": self.best_val_loss, "config": asdict(self.config)}
+        return {
+            "first_loss": self.losses[0],
+            "final_loss": self.losses[-1],
+            "val_losses": self.val_losses,
+            "tokens_per_s": self.tokens_per_s,
+            "seconds": self.seconds,
+            "steps": self.steps,
+            "skipped": len(self.skipped),
+            "spikes": len(self.spikes),
+            "stopped_early": self.stopped_early,
+            "best_val_loss": self.best_val_loss,
+            "config": asdict(self.config),
+        }
 
 
 def check_hardware(cfg: TrainConfig) -> None:
     """One clear error where Accelerate would silently fall back (fp16 on a CPU) or fail deep inside."""
     cuda = torch.cuda.is_available()
     if cfg.mixed_precision == "fp16" and not cuda:
-        raise ValueError("mixed_precision='fp16' needs a CUDA GPU (on a CPU Accelerate silently trains in fp32); "
-                         "use 'bf16' or 'no'")
+        raise ValueError(
+            "mixed_precision='fp16' needs a CUDA GPU (on a CPU Accelerate silently trains in fp32); use 'bf16' or 'no'"
+        )
     if cfg.mixed_precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         raise ValueError("mixed_precision='bf16' needs an Ampere or newer GPU; use 'fp16' or 'no'")
     if cfg.mixed_precision == "fp8":
         if not cuda or torch.cuda.get_device_capability() < (8, 9):
-            raise ValueError("mixed_precision='fp8' needs an FP8 GPU (compute capability 8.9+: Ada, Hopper); "
-                             "use 'bf16' here")
+            raise ValueError(
+                "mixed_precision='fp8' needs an FP8 GPU (compute capability 8.9+: Ada, Hopper); use 'bf16' here"
+            )
         if not any(importlib.util.find_spec(m) for m in ("torchao", "transformer_engine", "msamp")):
             raise ValueError("mixed_precision='fp8' needs an FP8 backend: pip install torchao")
     if cfg.fsdp and not cuda:
-        raise ValueError("fsdp=True needs CUDA GPUs: Accelerate shards only there (on a CPU it silently runs DDP); "
-                         "drop --fsdp")
+        raise ValueError(
+            "fsdp=True needs CUDA GPUs: Accelerate shards only there (on a CPU it silently runs DDP); drop --fsdp"
+        )
     if cfg.fsdp and (cfg.checkpoint_dir or cfg.resume_from or cfg.patience):
         # both need whole (gathered) weights from sharded DTensors, which this loop does not do yet
-        raise ValueError("checkpoints and early stopping with fsdp=True are not supported by "
-                         "gputrain.train yet; drop --checkpoint-dir/--resume-from/--patience or --fsdp")
+        raise ValueError(
+            "checkpoints and early stopping with fsdp=True are not supported by "
+            "gputrain.train yet; drop --checkpoint-dir/--resume-from/--patience or --fsdp"
+        )
 
 
 def make_accelerator(cfg: TrainConfig) -> Accelerator:
@@ -137,14 +165,23 @@ def make_accelerator(cfg: TrainConfig) -> Accelerator:
     fsdp_plugin = None
     if cfg.fsdp:
         fsdp_plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2, reshard_after_forward=True, auto_wrap_policy="transformer_based_wrap",
-            transformer_cls_names_to_wrap=["Block"], cpu_ram_efficient_loading=False)
+            fsdp_version=2,
+            reshard_after_forward=True,
+            auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=["Block"],
+            cpu_ram_efficient_loading=False,
+        )
     accelerator = Accelerator(
-        mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available(), fsdp_plugin=fsdp_plugin,
-        gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=cfg.grad_accum_steps,
-                                                                sync_with_dataloader=False),
+        mixed_precision=cfg.mixed_precision,
+        cpu=not torch.cuda.is_available(),
+        fsdp_plugin=fsdp_plugin,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=cfg.grad_accum_steps, sync_with_dataloader=False
+        ),
         dynamo_backend="inductor" if cfg.compile else "no",
-        log_with="tensorboard" if cfg.tensorboard else None, project_dir=cfg.log_dir or None)
+        log_with="tensorboard" if cfg.tensorboard else None,
+        project_dir=cfg.log_dir or None,
+    )
     if cfg.fsdp and accelerator.distributed_type != DistributedType.FSDP:
         raise ValueError("fsdp=True needs a distributed launch: accelerate launch --use_fsdp ... or torchrun")
     return accelerator
@@ -156,24 +193,35 @@ def check_directories(cfg: TrainConfig, model: nn.Module, model_config: Optional
     Called before anything is written: every problem is one clear error.
     """
     if not cfg.resume_from:
-        for what, directory, name in (("checkpoint_dir", cfg.checkpoint_dir, None),
-                                      ("log_dir", cfg.log_dir, "metrics.csv")):
+        for what, directory, name in (
+            ("checkpoint_dir", cfg.checkpoint_dir, None),
+            ("log_dir", cfg.log_dir, "metrics.csv"),
+        ):
             if directory and (list_checkpoints(directory) if name is None else (Path(directory) / name).exists()):
-                raise ValueError(f"{what}={directory!r} already holds another run's files; pass "
-                                 f"--resume-from {directory} to continue it, or choose an empty directory")
+                raise ValueError(
+                    f"{what}={directory!r} already holds another run's files; pass "
+                    f"--resume-from {directory} to continue it, or choose an empty directory"
+                )
         return None
     ckpt = read_checkpoint(cfg.resume_from)
     check_compatible(ckpt, model, model_config)
     for name in ("optimizer", "schedule"):
         saved = ckpt.meta.get("run", {}).get(name)
         if saved is not None and saved != getattr(cfg, name):
-            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} was trained with {name}={saved!r}, this run "
-                                  f"asks for {getattr(cfg, name)!r}; resume with --{name} {saved}")
-    later = [p for p in list_checkpoints(cfg.checkpoint_dir) if checkpoint_step(p) > ckpt.step] \
-        if cfg.checkpoint_dir else []
+            raise CheckpointError(
+                f"checkpoint {str(ckpt.path)!r} was trained with {name}={saved!r}, this run "
+                f"asks for {getattr(cfg, name)!r}; resume with --{name} {saved}"
+            )
+    later = (
+        [p for p in list_checkpoints(cfg.checkpoint_dir) if checkpoint_step(p) > ckpt.step]
+        if cfg.checkpoint_dir
+        else []
+    )
     if later:
-        raise CheckpointError(f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
-                              "resume from the newest checkpoint or write to a fresh checkpoint_dir")
+        raise CheckpointError(
+            f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
+            "resume from the newest checkpoint or write to a fresh checkpoint_dir"
+        )
     best_path = best_weights_path(ckpt.path.parent)
     if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
         raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
@@ -202,9 +250,14 @@ class BestWeights:
         return bool(self.cfg.patience) and p.evals_since_best >= self.cfg.patience
 
 
-def train(cfg: TrainConfig, *, model: Optional[nn.Module] = None, train_data: Optional[Dataset] = None,
-          val_data: Optional[Dataset] = None,
-          batch_hook: Optional[Callable[[int, Batch], Batch]] = None) -> TrainResult:
+def train(
+    cfg: TrainConfig,
+    *,
+    model: Optional[nn.Module] = None,
+    train_data: Optional[Dataset] = None,
+    val_data: Optional[Dataset] = None,
+    batch_hook: Optional[Callable[[int, Batch], Batch]] = None,
+) -> TrainResult:
     """Train a GPT on ``cfg.data`` (or ``model`` on ``train_data``) and return its history and the model.
 
     ``model(x, y)`` must return ``(output, mean loss)`` (wrap a plain model in
@@ -242,9 +295,11 @@ class _Run:
             model_config = asdict(model.cfg)
         need = cfg.batch_size * accelerator.num_processes
         if len(train_data) < need:
-            raise ValueError(f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
-                             f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
-                             "use more text or a smaller batch_size")
+            raise ValueError(
+                f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
+                f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
+                "use more text or a smaller batch_size"
+            )
         ckpt = check_directories(cfg, model, model_config)
         if cfg.activation_checkpointing:
             apply_activation_checkpointing(model)
@@ -261,24 +316,32 @@ class _Run:
             load_weights(model, ckpt.weights, ckpt.aliases)
             self.progress = Progress.from_dict(load_trainer_state(ckpt, optimizer, self.scheduler))
         self.best = BestWeights(cfg, self.progress, ckpt)
-        train_loader = DataLoader(train_data, batch_size=cfg.batch_size, drop_last=True,
-                                  sampler=EpochSampler(len(train_data), cfg.seed),
-                                  generator=torch.Generator().manual_seed(cfg.seed))  # global RNG untouched
-        val_loader = DataLoader(val_data, batch_size=cfg.batch_size, shuffle=False,
-                                generator=torch.Generator().manual_seed(cfg.seed))
+        train_loader = DataLoader(
+            train_data,
+            batch_size=cfg.batch_size,
+            drop_last=True,
+            sampler=EpochSampler(len(train_data), cfg.seed),
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )  # global RNG untouched
+        val_loader = DataLoader(
+            val_data, batch_size=cfg.batch_size, shuffle=False, generator=torch.Generator().manual_seed(cfg.seed)
+        )
         self.model, self.optimizer, train_loader, self.val_loader = accelerator.prepare(
-            model, optimizer, train_loader, val_loader)
+            model, optimizer, train_loader, val_loader
+        )
         self.steps_per_epoch = len(train_loader) / cfg.grad_accum_steps
         self.batches = endless_batches(train_loader, accelerator, self.progress.epoch, self.progress.batch)
-        self.guard = StepGuard(cfg.spike_window, cfg.spike_threshold, cfg.skip_spikes,
-                               fp16_scaler=accelerator.scaler is not None)
+        self.guard = StepGuard(
+            cfg.spike_window, cfg.spike_threshold, cfg.skip_spikes, fp16_scaler=accelerator.scaler is not None
+        )
         self.guard.bad_in_row = self.progress.bad_in_row
         if self.guard.detector and self.progress.detector:
             self.guard.detector.load_state_dict(self.progress.detector)
         self.log = self._open_log()
         self.show = cfg.progress and accelerator.is_main_process
-        self.bar = tqdm(total=cfg.max_steps, initial=self.progress.step, disable=not self.show, desc="train",
-                        unit="step")
+        self.bar = tqdm(
+            total=cfg.max_steps, initial=self.progress.step, disable=not self.show, desc="train", unit="step"
+        )
         self.last_ckpt: Optional[Path] = None
         self.stopped_early, self.tokens, self.t0, self.seconds = False, 0, time.perf_counter(), 0.0
 
@@ -286,12 +349,23 @@ class _Run:
         """metrics.csv, with the rows a resumed run restored from its checkpoint written first."""
         cfg, p = self.cfg, self.progress
         if cfg.tensorboard:
-            self.accelerator.init_trackers("gputrain", config={k: v for k, v in asdict(cfg).items()
-                                                               if isinstance(v, (int, float, str, bool))})
+            self.accelerator.init_trackers(
+                "gputrain", config={k: v for k, v in asdict(cfg).items() if isinstance(v, (int, float, str, bool))}
+            )
         val_at = dict(p.val_losses)
-        rows = [{"step": s, "epoch": round(s / self.steps_per_epoch, 4), "loss": loss, "val_loss": val_at.get(s, ""),
-                 "lr": lr, "grad_norm": norm, "tokens_per_s": "", "event": p.events.get(str(s), "")}
-                for s, (loss, lr, norm) in enumerate(zip(p.losses, p.lrs, p.grad_norms), 1)]
+        rows = [
+            {
+                "step": s,
+                "epoch": round(s / self.steps_per_epoch, 4),
+                "loss": loss,
+                "val_loss": val_at.get(s, ""),
+                "lr": lr,
+                "grad_norm": norm,
+                "tokens_per_s": "",
+                "event": p.events.get(str(s), ""),
+            }
+            for s, (loss, lr, norm) in enumerate(zip(p.losses, p.lrs, p.grad_norms), 1)
+        ]
         return RunLog(cfg, self.accelerator, rows)
 
     def say(self, message: str) -> None:
@@ -306,8 +380,10 @@ class _Run:
             if cfg.checkpoint_dir and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
                 self.last_ckpt = self.checkpoint()
             if self.stopped_early:
-                self.say(f"early stop at step {step}: validation loss has not improved for {cfg.patience} "
-                         f"evaluations; restoring the weights of step {self.progress.best_step}")
+                self.say(
+                    f"early stop at step {step}: validation loss has not improved for {cfg.patience} "
+                    f"evaluations; restoring the weights of step {self.progress.best_step}"
+                )
                 break
         self.seconds = max(time.perf_counter() - self.t0, 1e-9)
         if cfg.checkpoint_dir and (self.last_ckpt is None or checkpoint_step(self.last_ckpt) != self.progress.step):
@@ -335,15 +411,26 @@ class _Run:
             p.events[str(step)] = event
             self.say(f"step {step}: {event} (loss {stats.loss:.4g}, grad norm {stats.grad_norm:.4g})")
         val = self.validate(step)
-        self.log.row(step=step, epoch=round(step / self.steps_per_epoch, 4), loss=stats.loss, val_loss=val, lr=lr,
-                     grad_norm=stats.grad_norm, tokens_per_s=round(step_tokens / step_seconds, 1), event=event)
+        self.log.row(
+            step=step,
+            epoch=round(step / self.steps_per_epoch, 4),
+            loss=stats.loss,
+            val_loss=val,
+            lr=lr,
+            grad_norm=stats.grad_norm,
+            tokens_per_s=round(step_tokens / step_seconds, 1),
+            event=event,
+        )
         if self.guard.bad_in_row >= cfg.max_bad_steps:
             kept = f"; the last good checkpoint is {str(self.last_ckpt)!r}" if self.last_ckpt else ""
-            raise TrainingDiverged(f"{self.guard.bad_in_row} steps in a row had a non-finite loss or gradient "
-                                   f"(up to step {step}); none reached the weights{kept}; "
-                                   "lower --lr or check the data")
-        self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{self.tokens / (time.perf_counter() - self.t0):,.0f}",
-                             refresh=False)
+            raise TrainingDiverged(
+                f"{self.guard.bad_in_row} steps in a row had a non-finite loss or gradient "
+                f"(up to step {step}); none reached the weights{kept}; "
+                "lower --lr or check the data"
+            )
+        self.bar.set_postfix(
+            loss=f"{stats.loss:.3f}", tok_s=f"{self.tokens / (time.perf_counter() - self.t0):,.0f}", refresh=False
+        )
         self.bar.update()
         return step
 
@@ -354,8 +441,9 @@ class _Run:
             return ""
         val = evaluate(self.model, self.val_loader, self.accelerator, cfg.eval_batches)
         self.progress.val_losses.append((step, val))
-        self.stopped_early = self.best.update(step, val, self.accelerator.unwrap_model(self.model),
-                                              self.accelerator.is_main_process)
+        self.stopped_early = self.best.update(
+            step, val, self.accelerator.unwrap_model(self.model), self.accelerator.is_main_process
+        )
         return val
 
     def checkpoint(self) -> Path:
@@ -364,11 +452,17 @@ class _Run:
         p.bad_in_row = self.guard.bad_in_row
         p.detector = self.guard.detector.state_dict() if self.guard.detector else None
         if self.accelerator.is_main_process:
-            path = save_checkpoint(self.cfg.checkpoint_dir, p.step, self.accelerator.unwrap_model(self.model),
-                                   self.optimizer, self.scheduler, p.to_dict(), self.model_config,
-                                   keep=self.cfg.keep_checkpoints,
-                                   run={"optimizer": self.cfg.optimizer, "schedule": self.cfg.schedule,
-                                        "config": asdict(self.cfg)})
+            path = save_checkpoint(
+                self.cfg.checkpoint_dir,
+                p.step,
+                self.accelerator.unwrap_model(self.model),
+                self.optimizer,
+                self.scheduler,
+                p.to_dict(),
+                self.model_config,
+                keep=self.cfg.keep_checkpoints,
+                run={"optimizer": self.cfg.optimizer, "schedule": self.cfg.schedule, "config": asdict(self.cfg)},
+            )
         self.accelerator.wait_for_everyone()
         return path or checkpoint_path(self.cfg.checkpoint_dir, p.step)
 
@@ -386,12 +480,25 @@ class _Run:
             load_weights(unwrapped, *self.best.state)
         skipped, spikes = event_steps(p.events.items())
         result = TrainResult(
-            losses=p.losses, val_losses=list(p.val_losses), lrs=p.lrs, grad_norms=p.grad_norms,
-            tokens_per_s=self.tokens / self.seconds, seconds=self.seconds, model=unwrapped, config=cfg,
-            steps=p.step, epochs=p.step / self.steps_per_epoch, skipped=skipped, spikes=spikes,
-            stopped_early=self.stopped_early, best_step=p.best_step, best_val_loss=p.best_val,
-            checkpoint=self.last_ckpt, is_main_process=self.accelerator.is_main_process,
-            log_path=self.log.path)
+            losses=p.losses,
+            val_losses=list(p.val_losses),
+            lrs=p.lrs,
+            grad_norms=p.grad_norms,
+            tokens_per_s=self.tokens / self.seconds,
+            seconds=self.seconds,
+            model=unwrapped,
+            config=cfg,
+            steps=p.step,
+            epochs=p.step / self.steps_per_epoch,
+            skipped=skipped,
+            spikes=spikes,
+            stopped_early=self.stopped_early,
+            best_step=p.best_step,
+            best_val_loss=p.best_val,
+            checkpoint=self.last_ckpt,
+            is_main_process=self.accelerator.is_main_process,
+            log_path=self.log.path,
+        )
         if cfg.progress:
             self.accelerator.print(summary_line(result))
         AcceleratorState._reset_state(reset_partial_state=False)  # leave no settings behind for the next run
@@ -402,7 +509,13 @@ class _Run:
 def summary_line(result: TrainResult) -> str:
     """One line about a finished run: losses, speed, and where its log and checkpoint went."""
     val = f", validation {result.val_losses[-1][1]:.3f}" if result.val_losses else ""
-    where = "".join([f"; log {result.log_path}" if result.log_path else "",
-                     f"; checkpoint {result.checkpoint}" if result.checkpoint else ""])
-    return (f"trained {result.steps} steps ({result.epochs:.2f} epochs) in {result.seconds:.1f} s: "
-            f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}{val}, {result.tokens_per_s:,.0f} tokens/s{where}")
+    where = "".join(
+        [
+            f"; log {result.log_path}" if result.log_path else "",
+            f"; checkpoint {result.checkpoint}" if result.checkpoint else "",
+        ]
+    )
+    return (
+        f"trained {result.steps} steps ({result.epochs:.2f} epochs) in {result.seconds:.1f} s: "
+        f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}{val}, {result.tokens_per_s:,.0f} tokens/s{where}"
+    )

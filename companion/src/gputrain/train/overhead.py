@@ -31,8 +31,13 @@ def plain_loop(cfg: TrainConfig) -> float:
     """The loop people write by hand; returns tokens/s of its timed part."""
     torch.manual_seed(cfg.seed)
     train_set, _ = build_data(cfg)
-    loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                        generator=torch.Generator().manual_seed(cfg.seed))
+    loader = DataLoader(
+        train_set,
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     dev = device()
     model = GPT(cfg.model_config()).to(dev)
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
@@ -57,29 +62,46 @@ def plain_loop(cfg: TrainConfig) -> float:
     return tokens / (time.perf_counter() - t0)
 
 
-def loop_overhead(steps: int = 150, rounds: int = 5, progress: bool = False, threads: int = 0,
-                  log: Optional[Callable[[str], None]] = print) -> dict:
+def loop_overhead(
+    steps: int = 150,
+    rounds: int = 5,
+    progress: bool = False,
+    threads: int = 0,
+    log: Optional[Callable[[str], None]] = print,
+) -> dict:
     """Alternate the plain loop and ``train`` for ``rounds`` rounds; return their tokens/s and ratios.
 
     ``threads`` > 0 pins torch to that many CPU threads (1 is steadier on a shared machine).
     """
     if steps < 1 or rounds < 1:
         raise ValueError(f"steps and rounds must be >= 1, got {steps} and {rounds}")
-    cfg = TrainConfig(max_steps=steps, warmup_steps=min(20, steps), eval_interval=0, progress=progress,
-                      optimizer="adamw")
+    cfg = TrainConfig(
+        max_steps=steps, warmup_steps=min(20, steps), eval_interval=0, progress=progress, optimizer="adamw"
+    )
     say = log or (lambda message: None)
     say(info_line())
-    say(f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "
-        f"batch_size={cfg.batch_size}; {steps} steps per run, {rounds} rounds")
+    say(
+        f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "
+        f"batch_size={cfg.batch_size}; {steps} steps per run, {rounds} rounds"
+    )
     plain, ours = [], []
     with cpu_threads(threads or torch.get_num_threads()):
         for r in range(rounds):
             plain.append(plain_loop(cfg))
             ours.append(train(cfg).tokens_per_s)
-            say(f"round {r + 1}: plain {plain[-1]:10,.0f} tokens/s   gputrain.train {ours[-1]:10,.0f} tokens/s   "
-                f"ratio {ours[-1] / plain[-1]:.3f}")
+            say(
+                f"round {r + 1}: plain {plain[-1]:10,.0f} tokens/s   gputrain.train {ours[-1]:10,.0f} tokens/s   "
+                f"ratio {ours[-1] / plain[-1]:.3f}"
+            )
     ratio = statistics.median(ours) / statistics.median(plain)
     per_round = statistics.median(o / p for o, p in zip(ours, plain))
     say(f"ratio of medians {ratio:.3f}; median of per-round ratios {per_round:.3f} (target >= 0.95)")
-    return {"ratio": ratio, "per_round_ratio": per_round, "plain_tokens_per_s": plain, "train_tokens_per_s": ours,
-            "steps": steps, "rounds": rounds, "threads": threads or None}
+    return {
+        "ratio": ratio,
+        "per_round_ratio": per_round,
+        "plain_tokens_per_s": plain,
+        "train_tokens_per_s": ours,
+        "steps": steps,
+        "rounds": rounds,
+        "threads": threads or None,
+    }

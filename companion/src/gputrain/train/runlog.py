@@ -43,8 +43,9 @@ class RunLog:
         if self.writer:
             self.writer.writerow(values)
         if self.tensorboard:
-            self.accelerator.log({k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"},
-                                 step=values["step"])
+            self.accelerator.log(
+                {k: v for k, v in values.items() if isinstance(v, float) and k != "epoch"}, step=values["step"]
+            )
 
     def close(self) -> None:
         if self.file:

@@ -29,8 +29,14 @@ class StepStats:
     applied: bool  # whether the update reached the weights
 
 
-def train_step(model, batches: list[Batch], optimizer, accelerator: Accelerator, grad_clip: float,
-               accept: Optional[Callable[[float, float], bool]] = None) -> StepStats:
+def train_step(
+    model,
+    batches: list[Batch],
+    optimizer,
+    accelerator: Accelerator,
+    grad_clip: float,
+    accept: Optional[Callable[[float, float], bool]] = None,
+) -> StepStats:
     """One optimizer step over ``batches`` (gradient accumulation): forward, loss, backward, clip, update.
 
     Chapter 6, "The step, and the loop around it".
@@ -82,7 +88,6 @@ def evaluate(model, loader, accelerator: Optional[Accelerator] = None, max_batch
     return torch.cat(losses).mean().item()
 
 
-
 class SpikeDetector:
     """Flags a training loss far above its recent past: a robust z-score over a window (chapter 6).
 
@@ -124,15 +129,19 @@ class SpikeDetector:
             return False
         spike = self.score(loss) > self.threshold
         self.history.append(float(loss))
-        del self.history[:-self.window]
+        del self.history[: -self.window]
         return spike
 
     def state_dict(self) -> dict:
-        return {"window": self.window, "threshold": self.threshold, "min_history": self.min_history,
-                "history": list(self.history)}
+        return {
+            "window": self.window,
+            "threshold": self.threshold,
+            "min_history": self.min_history,
+            "history": list(self.history),
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self.history = [float(v) for v in state["history"]][-self.window:]
+        self.history = [float(v) for v in state["history"]][-self.window :]
 
 
 class StepGuard:
@@ -144,8 +153,9 @@ class StepGuard:
     overflow, which its own step skips: not counted as bad data.
     """
 
-    def __init__(self, spike_window: int = 50, spike_threshold: float = 6.0, skip_spikes: bool = False,
-                 fp16_scaler: bool = False):
+    def __init__(
+        self, spike_window: int = 50, spike_threshold: float = 6.0, skip_spikes: bool = False, fp16_scaler: bool = False
+    ):
         self.skip_spikes, self.fp16_scaler = skip_spikes, fp16_scaler
         self.detector = SpikeDetector(spike_window, spike_threshold) if spike_window else None
         self.bad_in_row = 0

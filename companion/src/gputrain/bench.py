@@ -408,7 +408,7 @@ def run_ladder(
 ) -> LadderResult:
     """Build every rung, warm each up, time them in alternating rounds, and return the table's data.
 
-    With ``out`` the result is written (via :func:`gputrain.device.write_result`)
+    With ``out`` the result is written (via :func:`gputrain.results.write_result`)
     after the warm-up and after every round, so a run cut short still leaves
     what it measured.  Appendix "Making it fast" explains each rung.
     """
@@ -416,65 +416,10 @@ def run_ladder(
     t_start = time.perf_counter()
     threads = contextlib.nullcontext() if not cfg.threads or dev.type != "cpu" else cpu_threads(cfg.threads)
     with threads, fresh_compile_caches(cfg.compile and cfg.cold_compile and "compile" in cfg.rung_list()):
-        with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
-            shape = GPT(
-                GPTConfig(
-                    vocab_size=cfg.vocab_size,
-                    block_size=cfg.block_size,
-                    n_layer=cfg.n_layer,
-                    n_head=cfg.n_head,
-                    n_embd=cfg.n_embd,
-                )
-            )
-        sheet, _ = peak_for_mfu("bf16", dev=dev) if dev.type == "cuda" else (None, "")
-        measured, source = (
-            peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None else (None, "")
-        )
-        result = LadderResult(
-            config=dataclasses.asdict(cfg),
-            device=device_name(dev),
-            device_type=dev.type,
-            flops_per_token=gpt_train_flops_per_token(shape),
-            n_params=matmul_params(shape),
-            peak_datasheet=sheet,
-            peak_measured=measured,
-            peak_measured_source=source,
-            threads=torch.get_num_threads(),
-        )
+        result = _empty_result(cfg, dev)
         save = (lambda: write_result(out, result.to_dict(), command=command)) if out else (lambda: None)
-        data = Batches(cfg, dev)
-        recipe, rungs = Recipe(), []
-        for name, label, why in RUNGS:
-            row = {"rung": name, "label": label, "why": why, "skipped": skip_reason(name, cfg, dev)}
-            # a rung starts only in the first three quarters of the cap: the rounds need the rest
-            if row["skipped"] is None and rungs and time.perf_counter() - t_start > 0.75 * cfg.max_seconds:
-                row["skipped"] = f"not run: the {cfg.max_seconds:.0f} s time cap was near"
-            if row["skipped"] is None:
-                recipe = dataclasses.replace(recipe, **{name: True}) if name != "fp32" else recipe
-                log(f"warming up {label} ...")
-                rung = Rung(name, recipe, cfg, data, dev)
-                row.update(_warm_up(rung, cfg))
-                rungs.append((rung, row))
-            row["settings"] = dataclasses.asdict(recipe)
-            result.rows.append(row)
-            save()  # a run cut short (a compile too slow for a deadline) keeps the warm-ups so far
-        meters = {rung.name: ThroughputMeter(dev) for rung, _ in rungs}
-        peaks: dict[str, list[int]] = {rung.name: [] for rung, _ in rungs}
-        last_round = 0.0
-        for r in range(cfg.rounds):
-            elapsed = time.perf_counter() - t_start
-            if r and elapsed + last_round > cfg.max_seconds:
-                result.notes.append(f"stopped after {r} of {cfg.rounds} rounds: the {cfg.max_seconds:.0f} s cap")
-                break
-            t_round = time.perf_counter()
-            for rung, row in rungs:
-                peaks[rung.name].append(_timed_round(rung, cfg, meters[rung.name]))
-            last_round = time.perf_counter() - t_round
-            result.rounds_done = r + 1
-            _fill_rows(result, rungs, meters, peaks, cfg)
-            result.seconds_total = time.perf_counter() - t_start
-            save()
-            log(f"round {r + 1}/{cfg.rounds} done in {last_round:.1f} s")
+        rungs = _build_rungs(cfg, dev, result, t_start, save, log)
+        _time_rounds(cfg, dev, result, rungs, t_start, save, log)
         if dev.type == "cpu":  # no allocator statistics on a CPU: count one step's tensors instead
             for rung, row in rungs:
                 row["peak_memory_bytes"] = rung.cpu_peak_bytes()
@@ -483,6 +428,77 @@ def run_ladder(
         result.seconds_total = time.perf_counter() - t_start
         save()
     return result
+
+
+def _empty_result(cfg: LadderConfig, dev: torch.device) -> LadderResult:
+    """The result's header: the model's N and FLOPs per token (counted on the meta device) and the peaks."""
+    with torch.device("meta"):  # N and the FLOPs per token, without allocating a model
+        shape = GPT(
+            GPTConfig(
+                vocab_size=cfg.vocab_size,
+                block_size=cfg.block_size,
+                n_layer=cfg.n_layer,
+                n_head=cfg.n_head,
+                n_embd=cfg.n_embd,
+            )
+        )
+    sheet, _ = peak_for_mfu("bf16", dev=dev) if dev.type == "cuda" else (None, "")
+    measured, source = (
+        peak_for_mfu("bf16", measured=True, dev=dev) if cfg.measured_peak or sheet is None else (None, "")
+    )
+    return LadderResult(
+        config=dataclasses.asdict(cfg),
+        device=device_name(dev),
+        device_type=dev.type,
+        flops_per_token=gpt_train_flops_per_token(shape),
+        n_params=matmul_params(shape),
+        peak_datasheet=sheet,
+        peak_measured=measured,
+        peak_measured_source=source,
+        threads=torch.get_num_threads(),
+    )
+
+
+def _build_rungs(cfg, dev, result: LadderResult, t_start: float, save, log) -> list[tuple[Rung, dict]]:
+    """Each rung adds one change to the recipe before it; build and warm up those not skipped."""
+    data = Batches(cfg, dev)
+    recipe, rungs = Recipe(), []
+    for name, label, why in RUNGS:
+        row = {"rung": name, "label": label, "why": why, "skipped": skip_reason(name, cfg, dev)}
+        # a rung starts only in the first three quarters of the cap: the rounds need the rest
+        if row["skipped"] is None and rungs and time.perf_counter() - t_start > 0.75 * cfg.max_seconds:
+            row["skipped"] = f"not run: the {cfg.max_seconds:.0f} s time cap was near"
+        if row["skipped"] is None:
+            recipe = dataclasses.replace(recipe, **{name: True}) if name != "fp32" else recipe
+            log(f"warming up {label} ...")
+            rung = Rung(name, recipe, cfg, data, dev)
+            row.update(_warm_up(rung, cfg))
+            rungs.append((rung, row))
+        row["settings"] = dataclasses.asdict(recipe)
+        result.rows.append(row)
+        save()  # a run cut short (a compile too slow for a deadline) keeps the warm-ups so far
+    return rungs
+
+
+def _time_rounds(cfg, dev, result: LadderResult, rungs, t_start: float, save, log) -> None:
+    """Alternate the rungs round by round (so a change in machine load hits all alike) within the time cap."""
+    meters = {rung.name: ThroughputMeter(dev) for rung, _ in rungs}
+    peaks: dict[str, list[int]] = {rung.name: [] for rung, _ in rungs}
+    last_round = 0.0
+    for r in range(cfg.rounds):
+        elapsed = time.perf_counter() - t_start
+        if r and elapsed + last_round > cfg.max_seconds:
+            result.notes.append(f"stopped after {r} of {cfg.rounds} rounds: the {cfg.max_seconds:.0f} s cap")
+            break
+        t_round = time.perf_counter()
+        for rung, row in rungs:
+            peaks[rung.name].append(_timed_round(rung, cfg, meters[rung.name]))
+        last_round = time.perf_counter() - t_round
+        result.rounds_done = r + 1
+        _fill_rows(result, rungs, meters, peaks, cfg)
+        result.seconds_total = time.perf_counter() - t_start
+        save()
+        log(f"round {r + 1}/{cfg.rounds} done in {last_round:.1f} s")
 
 
 def _warm_up(rung: Rung, cfg: LadderConfig) -> dict:

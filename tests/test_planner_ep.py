@@ -9,7 +9,7 @@ from gputrain.parallel import planner
 SMALL = GPTConfig(vocab_size=96, block_size=32, n_layer=4, n_head=4, n_embd=32, n_experts=8, top_k=2,
                   moe_first_dense=1)
 V3, H800 = planner.deepseek_v3(), planner.h800_cluster()
-V3_RUN = dict(global_batch=15360, micro_batch=1, flash_attention=True, precision="fp8-deepseek-v3")
+V3_RUN = {"global_batch": 15360, "micro_batch": 1, "flash_attention": True, "precision": "fp8-deepseek-v3"}
 
 
 def _routed_in_modules(model) -> int:
@@ -96,3 +96,13 @@ def test_plan_searches_ep_and_keeps_dense_layouts_unchanged():
     assert {lay.ep for lay in layouts} == {1, 2, 4, 8}
     dense = planner.evaluate(planner.gpt3(), planner.h100_cluster(1024), tp=8, pp=8, global_batch=1536)
     assert dense.seconds["EP comm"] == 0 and "EP" not in dense.links and dense.ep == 1
+
+
+def test_node_limited_routing_halves_deepseek_v3s_network_traffic():
+    free = planner.evaluate(V3, H800, tp=1, pp=16, ep=64, **V3_RUN)
+    limited = planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=4, **V3_RUN)
+    # free: 8 rows x 56/64 leave the node per token; limited: once per node, 4 x 7/8 other nodes
+    assert limited.seconds["EP comm"] == pytest.approx(free.seconds["EP comm"] * (4 * 7 / 8) / (8 * 56 / 64))
+    assert limited.memory == free.memory
+    with pytest.raises(ValueError, match="nodes_per_token=9 must be between 1 and the 8 nodes"):
+        planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=9, **V3_RUN)

@@ -214,8 +214,16 @@ def _check_ep(ep: int, moe: Optional[MoEShape], gpus: int, dp: int) -> None:
                          "data-parallel ranks; lower TP x CP x PP or pick an EP degree that divides DP")
 
 
-def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes: float, link) -> float:
-    """Seconds of all-to-all per step: the in-node share over NVLink while the rest crosses the network."""
+def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes: float, link,
+             nodes_per_token: Optional[int] = None) -> float:
+    """Seconds of all-to-all per step: the in-node share over NVLink while the rest crosses the network.
+
+    With ``nodes_per_token`` = M (DeepSeek-V3's node-limited routing, M = 4)
+    a token crosses the network once per destination node; counting M
+    destination nodes per token (the cap), M·(n-1)/n of them are not its own
+    on average over the n nodes of the group.  Inside a node the rows fan out
+    over NVLink, which then carries every row bound for another GPU.
+    """
     if lay.ep == 1:
         return 0.0
     group = lay.tp * lay.cp  # EP peers are tp x cp GPUs apart
@@ -224,6 +232,13 @@ def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes
     per_layer = all_to_all_bytes(tokens, moe.top_k, moe.n_embd, lay.ep, nbytes)  # one forward
     inside = per_layer * (local - 1) / (lay.ep - 1) / cluster.nvlink
     across = per_layer * (lay.ep - local) / (lay.ep - 1) / cluster.network
+    nodes = lay.ep // local
+    if nodes_per_token is not None and nodes > 1:
+        if not 1 <= nodes_per_token <= nodes:
+            raise ValueError(f"nodes_per_token={nodes_per_token} must be between 1 and the {nodes} nodes "
+                             "of the EP group")
+        inside = per_layer / cluster.nvlink  # the fan-out: every row for another GPU crosses NVLink once
+        across = 2 * tokens * nodes_per_token * (nodes - 1) / nodes * moe.n_embd * nbytes / cluster.network
     moe_layers = (sum(moe.moe_layers) + moe.extra_last_moe) / lay.pp
     return max(inside, across) * moe_layers * lay.microbatches * (3 if lay.recompute else 2)
 
@@ -231,12 +246,13 @@ def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes
 def evaluate(model, cluster: Cluster, tp: int, pp: int, global_batch: int, micro_batch: int = 1,
              recompute: bool = False, zero_stage: int = 1, *, cp: int = 1, sequence_parallel: bool = True,
              flash_attention: bool = False, ep: int = 1, precision: str = "bf16-mixed",
-             a2a_bytes: Optional[float] = None) -> Layout:
+             a2a_bytes: Optional[float] = None, nodes_per_token: Optional[int] = None) -> Layout:
     """Memory and estimated step time of one TP x CP x PP x DP layout (EP inside DP for an MoE model).
 
     ``model``: a ``GPTConfig`` (dense or with ``n_experts``) or a
     :class:`gputrain.memory.MoEShape`.  ``a2a_bytes``: bytes per value of the
-    all-to-all (default: the recipe's activation bytes).
+    all-to-all (default: the recipe's activation bytes).  ``nodes_per_token``:
+    node-limited routing (see :func:`_ep_time`); None routes freely.
     """
     moe = _as_moe(model)
     shard_range(model.n_embd, tp, 0, "hidden size")  # TP splits h (and the heads) evenly
@@ -263,12 +279,12 @@ def evaluate(model, cluster: Cluster, tp: int, pp: int, global_batch: int, micro
             moe, tp, pp, dp, ep, micro_batch, m, recompute, zero_stage, sequence_parallel=sequence_parallel, cp=cp,
             flash_attention=flash_attention, precision=precision, a2a_bytes=a2a_bytes)
     layout.fits = layout.memory_total <= cluster.memory
-    layout.seconds = _step_seconds(model, moe, cluster, layout, global_batch, precision, a2a_bytes)
+    layout.seconds = _step_seconds(model, moe, cluster, layout, global_batch, precision, a2a_bytes, nodes_per_token)
     return layout
 
 
 def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layout, global_batch: int,
-                  precision: str, a2a_bytes: Optional[float]) -> dict[str, float]:
+                  precision: str, a2a_bytes: Optional[float], nodes_per_token: Optional[int]) -> dict[str, float]:
     """Estimated seconds per step by part; no overlap of communication with compute."""
     tp, cp, pp, dp, ep, m = layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.microbatches
     micro_batch, recompute = layout.micro_batch, layout.recompute
@@ -300,7 +316,7 @@ def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layo
                       for n, ranks in ((replicated, dp), (routed, dp // ep)) if ranks * cp > 1)
         tokens = micro_batch * model.block_size / cp / (tp if layout.sp else 1)  # tokens this rank routes
         nbytes = get_recipe(precision).activations if a2a_bytes is None else a2a_bytes
-        ep_time = _ep_time(moe, cluster, layout, tokens, nbytes, link)
+        ep_time = _ep_time(moe, cluster, layout, tokens, nbytes, link, nodes_per_token)
     return {
         "compute": compute,
         "bubble": compute * (pp - 1) / m,

@@ -104,5 +104,7 @@ def test_node_limited_routing_halves_deepseek_v3s_network_traffic():
     # free: 8 rows x 56/64 leave the node per token; limited: once per node, 4 x 7/8 other nodes
     assert limited.seconds["EP comm"] == pytest.approx(free.seconds["EP comm"] * (4 * 7 / 8) / (8 * 56 / 64))
     assert limited.memory == free.memory
-    with pytest.raises(ValueError, match="nodes_per_token=9 must be between 1 and the 8 nodes"):
-        planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=9, **V3_RUN)
+    capped = planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=9, **V3_RUN)  # only 8 nodes exist
+    assert capped.seconds == planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=8, **V3_RUN).seconds
+    with pytest.raises(ValueError, match="nodes_per_token must be >= 1"):
+        planner.evaluate(V3, H800, tp=1, pp=16, ep=64, nodes_per_token=0, **V3_RUN)

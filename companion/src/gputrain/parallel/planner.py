@@ -199,13 +199,15 @@ def _as_moe(model) -> Optional[MoEShape]:
     return moe_shape(model) if getattr(model, "n_experts", 0) else None
 
 
-def _check_ep(ep: int, moe: Optional[MoEShape], gpus: int, dp: int) -> None:
+def _check_ep(ep: int, moe: Optional[MoEShape], gpus: int, dp: int, nodes_per_token: Optional[int]) -> None:
     """One clear error per way an expert-parallel degree can be wrong."""
     if ep == 1:
         return
     if ep < 1 or gpus % ep:
         raise ValueError(f"EP group size {ep} does not divide the world of {gpus} GPUs; "
                          f"pick an EP degree that divides {gpus}")
+    if nodes_per_token is not None and nodes_per_token < 1:
+        raise ValueError(f"nodes_per_token must be >= 1 (or None for free routing), got {nodes_per_token}")
     if moe is None:
         raise ValueError(f"EP{ep} needs a model with routed experts (a GPTConfig with n_experts or a MoEShape)")
     check_expert_split(moe.n_experts, ep)  # "... experts do not split evenly over ... ranks"
@@ -220,8 +222,8 @@ def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes
 
     With ``nodes_per_token`` = M (DeepSeek-V3's node-limited routing, M = 4)
     a token crosses the network once per destination node; counting M
-    destination nodes per token (the cap), M·(n-1)/n of them are not its own
-    on average over the n nodes of the group.  Inside a node the rows fan out
+    destination nodes per token (the cap; all n when the group has fewer),
+    M·(n-1)/n of them are not its own on average over the n nodes of the group.  Inside a node the rows fan out
     over NVLink, which then carries every row bound for another GPU.
     """
     if lay.ep == 1:
@@ -234,11 +236,9 @@ def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes
     across = per_layer * (lay.ep - local) / (lay.ep - 1) / cluster.network
     nodes = lay.ep // local
     if nodes_per_token is not None and nodes > 1:
-        if not 1 <= nodes_per_token <= nodes:
-            raise ValueError(f"nodes_per_token={nodes_per_token} must be between 1 and the {nodes} nodes "
-                             "of the EP group")
+        reach = min(nodes_per_token, nodes)  # destination nodes per token
         inside = per_layer / cluster.nvlink  # the fan-out: every row for another GPU crosses NVLink once
-        across = 2 * tokens * nodes_per_token * (nodes - 1) / nodes * moe.n_embd * nbytes / cluster.network
+        across = 2 * tokens * reach * (nodes - 1) / nodes * moe.n_embd * nbytes / cluster.network
     moe_layers = (sum(moe.moe_layers) + moe.extra_last_moe) / lay.pp
     return max(inside, across) * moe_layers * lay.microbatches * (3 if lay.recompute else 2)
 
@@ -265,7 +265,7 @@ def evaluate(model, cluster: Cluster, tp: int, pp: int, global_batch: int, micro
         raise ValueError(f"TP{tp} x CP{cp} x PP{pp} = {tp * cp * pp} GPUs does not divide the cluster's "
                          f"{cluster.gpus}")
     dp = cluster.gpus // (tp * cp * pp)
-    _check_ep(ep, moe, cluster.gpus, dp)
+    _check_ep(ep, moe, cluster.gpus, dp, nodes_per_token)
     if global_batch % (dp * micro_batch):
         raise ValueError(f"global batch {global_batch} is not a multiple of DP{dp} x micro-batch {micro_batch}")
     m = global_batch // (dp * micro_batch)
@@ -331,7 +331,8 @@ def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layo
 
 def plan(model, cluster: Cluster, global_batch: int, micro_batch: int = 1,
          zero_stage: int = 1, *, context: bool = False, sequence_parallel: bool = True,
-         flash_attention: bool = False, expert: bool = False, precision: str = "bf16-mixed") -> list[Layout]:
+         flash_attention: bool = False, expert: bool = False, precision: str = "bf16-mixed",
+         nodes_per_token: Optional[int] = None) -> list[Layout]:
     """Every valid layout (with and without recomputation, CP degrees too if ``context``, EP degrees
     too if ``expert``); fitting, then fastest, first."""
     layouts, reason = [], None
@@ -344,7 +345,8 @@ def plan(model, cluster: Cluster, global_batch: int, micro_batch: int = 1,
                         try:  # evaluate() is the one place that decides what a valid layout is
                             layouts.append(evaluate(model, cluster, tp, pp, global_batch, micro_batch, recompute,
                                                     zero_stage, cp=cp, sequence_parallel=sequence_parallel,
-                                                    flash_attention=flash_attention, ep=ep, precision=precision))
+                                                    flash_attention=flash_attention, ep=ep, precision=precision,
+                                                    nodes_per_token=nodes_per_token))
                         except ValueError as exc:
                             reason = exc
     if not layouts:

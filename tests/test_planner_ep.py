@@ -33,6 +33,9 @@ def test_expert_memory_counts_module_bytes_per_rank():
     assert mem["expert optimizer"] == pytest.approx(12 * routed / 4 / 2)  # ZeRO-1 over the dp / ep = 2 copies
     assert mem["replicated weights"] == 2 * replicated
     assert mem["replicated optimizer"] == pytest.approx(12 * replicated / 8)
+    busy = memory.expert_parallel_memory(shape, ep=4, dp=8, tokens=64, in_flight=3, a2a_bytes=2)
+    moe_layers = sum(isinstance(m, moe.MoE) for m in model.modules())
+    assert busy["all-to-all buffers"] == 2 * 64 * SMALL.top_k * SMALL.n_embd * 2 * moe_layers * 3  # N k C each way
 
 
 def test_ep1_reduces_to_the_dense_and_moe_counts():

@@ -6,8 +6,7 @@ from gputrain import memory, moe
 from gputrain.model import GPT, GPTConfig, gpt_num_params
 from gputrain.parallel import planner
 
-SMALL = GPTConfig(vocab_size=96, block_size=32, n_layer=4, n_head=4, n_embd=32, n_experts=8, top_k=2,
-                  moe_first_dense=1)
+SMALL = GPTConfig(vocab_size=96, block_size=32, n_layer=4, n_head=4, n_embd=32, n_experts=8, top_k=2, moe_first_dense=1)
 V3, H800 = planner.deepseek_v3(), planner.h800_cluster()
 V3_RUN = {"global_batch": 15360, "micro_batch": 1, "flash_attention": True, "precision": "fp8-deepseek-v3"}
 

@@ -38,9 +38,7 @@ def _checkpointed_forward(self: nn.Module, *args, **kwargs):
     return checkpoint(forward, self, *args, use_reentrant=False, **kwargs)
 
 
-def apply_activation_checkpointing(
-    model: nn.Module, block_types: Optional[Iterable[type]] = None
-) -> nn.Module:
+def apply_activation_checkpointing(model: nn.Module, block_types: Optional[Iterable[type]] = None) -> nn.Module:
     """Recompute each block's activations in backward instead of storing them (chapter 7).
 
     Every submodule of ``model`` whose type is in ``block_types`` (default: the
@@ -63,8 +61,9 @@ def apply_activation_checkpointing(
             wrapped += 1
     if wrapped == 0 and not any(getattr(m, _CKPT_FLAG, False) for m in model.modules()):
         names = ", ".join(t.__name__ for t in block_types)
-        raise ValueError(f"no submodule of type {names} found in {type(model).__name__}; "
-                         "pass the model's block class as block_types")
+        raise ValueError(
+            f"no submodule of type {names} found in {type(model).__name__}; pass the model's block class as block_types"
+        )
     return model
 
 
@@ -118,20 +117,63 @@ RECIPES: dict[str, PrecisionRecipe] = {
     for r in (
         PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
         PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
-        PrecisionRecipe("bf16-mixed", 2, 2, 4, 4, 2, 2,
-                        note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)"),
+        PrecisionRecipe(
+            "bf16-mixed",
+            2,
+            2,
+            4,
+            4,
+            2,
+            2,
+            note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)",
+        ),
         PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
-        PrecisionRecipe("bf16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
-                        note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master"),
-        PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
-                        note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
+        PrecisionRecipe(
+            "bf16-autocast",
+            4,
+            4,
+            0,
+            4,
+            2,
+            4,
+            weight_cast=2,
+            note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master",
+        ),
+        PrecisionRecipe(
+            "fp16-autocast",
+            4,
+            4,
+            0,
+            4,
+            2,
+            4,
+            weight_cast=2,
+            note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)",
+        ),
         PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
         # FP8 (chapter 10)
-        PrecisionRecipe("fp8-autocast", 4, 4, 0, 4, 2, 4, weight_cast=1,
-                        note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')"),
-        PrecisionRecipe("fp8-deepseek-v3", 1, 4, 4, 2, 1, 2,
-                        note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
-                             "FP32 master weights and gradients, BF16 Adam moments"),
+        PrecisionRecipe(
+            "fp8-autocast",
+            4,
+            4,
+            0,
+            4,
+            2,
+            4,
+            weight_cast=1,
+            note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')",
+        ),
+        PrecisionRecipe(
+            "fp8-deepseek-v3",
+            1,
+            4,
+            4,
+            2,
+            1,
+            2,
+            note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
+            "FP32 master weights and gradients, BF16 Adam moments",
+        ),
     )
 }
 
@@ -201,8 +243,7 @@ class ModelShape:
 
 
 GPT2_SMALL = ModelShape(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, block_size=1024)
-GPT3_175B = ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab_size=50257, block_size=2048,
-                       params_override=175e9)
+GPT3_175B = ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab_size=50257, block_size=2048, params_override=175e9)
 
 
 def shape_of(model) -> ModelShape:
@@ -210,12 +251,25 @@ def shape_of(model) -> ModelShape:
     if isinstance(model, ModelShape):
         return model
     cfg = getattr(model, "cfg", model)
+    if getattr(cfg, "n_experts", 0):  # a dense shape would silently drop every routed expert
+        raise ValueError(
+            "this GPT has mixture-of-experts blocks; count it with "
+            "memory.expert_parallel_memory(memory.moe_shape(cfg), ...) (chapter 9)"
+        )
     try:
-        return ModelShape(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                          vocab_size=cfg.vocab_size, block_size=cfg.block_size, bias=getattr(cfg, "bias", True))
+        return ModelShape(
+            n_layer=cfg.n_layer,
+            n_embd=cfg.n_embd,
+            n_head=cfg.n_head,
+            vocab_size=cfg.vocab_size,
+            block_size=cfg.block_size,
+            bias=getattr(cfg, "bias", True),
+        )
     except AttributeError:
-        raise ValueError(f"cannot read a GPT shape from {type(model).__name__}; pass a GPTConfig, "
-                         "a gputrain GPT, a ModelShape or a parameter count") from None
+        raise ValueError(
+            f"cannot read a GPT shape from {type(model).__name__}; pass a GPTConfig, "
+            "a gputrain GPT, a ModelShape or a parameter count"
+        ) from None
 
 
 # --- activations ----------------------------------------------------------------------------------
@@ -260,8 +314,9 @@ def gpt_layer_activations(shape: ModelShape, recipe: PrecisionRecipe) -> dict[st
     }
 
 
-def gpt_activations(shape: ModelShape, recipe: PrecisionRecipe, batch_size: int, seq_len: int,
-                    checkpointing: bool = False) -> dict[str, float]:
+def gpt_activations(
+    shape: ModelShape, recipe: PrecisionRecipe, batch_size: int, seq_len: int, checkpointing: bool = False
+) -> dict[str, float]:
     """Bytes saved for backward by one forward of :class:`gputrain.model.GPT`, by part (chapter 7).
 
     With ``checkpointing`` each block keeps only its input (see
@@ -350,8 +405,9 @@ def _check_sizes(**sizes) -> None:
             raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def _gpt_phases(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: dict[str, float],
-                grads: float, checkpointing: bool) -> dict[str, float]:
+def _gpt_phases(
+    shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: dict[str, float], grads: float, checkpointing: bool
+) -> dict[str, float]:
     """Bytes above ``static`` at four moments of a step of our GPT (which one peaks depends on the shape)."""
     h, V, R = shape.n_embd, shape.vocab_size, recipe.residual
     logits = tokens * V * recipe.activations  # returned by forward, held by the caller
@@ -360,17 +416,25 @@ def _gpt_phases(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, parts: 
     start = logits + saved + tokens * V * 8
     # by the time the blocks' backward runs, the loss's log-probabilities, the head's input (and its
     # autocast weight copy) and the final LayerNorm's input and statistics have been used and freed
-    done = (parts["cross-entropy (FP32 log-probs)"] + tokens * (h * recipe.activations + h * R + 2 * R)
-            + recipe.weight_cast * V * h)
+    done = (
+        parts["cross-entropy (FP32 log-probs)"]
+        + tokens * (h * recipe.activations + h * R + 2 * R)
+        + recipe.weight_cast * V * h
+    )
     top, bottom = _block_backward(shape, recipe, tokens, logits + saved - done, checkpointing)
     # with master weights, the step also makes FP32 copies of the gradients for the masters
     step = grads + (shape.params * 4 if recipe.master else 0)
-    return {"start of backward": start, "backward of the top block": top,
-            "backward of the bottom block": bottom, "optimizer step": step}
+    return {
+        "start of backward": start,
+        "backward of the top block": top,
+        "backward of the bottom block": bottom,
+        "optimizer step": step,
+    }
 
 
-def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, held: float,
-                    checkpointing: bool) -> tuple[float, float]:
+def _block_backward(
+    shape: ModelShape, recipe: PrecisionRecipe, tokens: int, held: float, checkpointing: bool
+) -> tuple[float, float]:
     """Bytes above ``static`` inside the backward of the top block and of the bottom block.
 
     ``held``: the logits and what forward saved that is still needed.  The
@@ -389,8 +453,9 @@ def _block_backward(shape: ModelShape, recipe: PrecisionRecipe, tokens: int, hel
         kept = sum(gpt_layer_activations(shape, recipe).values()) * tokens + recipe.weight_cast * 12 * h * h
     # the head's gradient and the output projection's exist; the projection's input (4h wide) is freed and
     # GELU's backward turns one 4h-wide gradient into another, next to the residual stream's gradient
-    top = (held + (V * h + 4 * h * h + (h if shape.bias else 0)) * recipe.grads
-           + tokens * h * (4 * recipe.activations + 4))
+    top = (
+        held + (V * h + 4 * h * h + (h if shape.bias else 0)) * recipe.grads + tokens * h * (4 * recipe.activations + 4)
+    )
     if checkpointing:
         top += recomputed_block_bytes(shape, recipe, tokens)  # the block rebuilt
     bottom = top + (L - 1) * (shape.layer_params * recipe.grads - kept)
@@ -407,8 +472,15 @@ def _check_settings(zero_stage, dp, batch_size, seq_len, activation_model) -> No
         raise ValueError(f"activation_model must be 'gputrain' or 'korthikanti', got {activation_model!r}")
 
 
-def _activations_and_phases(shape: ModelShape, recipe: PrecisionRecipe, batch_size: int, seq_len: Optional[int],
-                            grads: float, checkpointing: bool, activation_model: str):
+def _activations_and_phases(
+    shape: ModelShape,
+    recipe: PrecisionRecipe,
+    batch_size: int,
+    seq_len: Optional[int],
+    grads: float,
+    checkpointing: bool,
+    activation_model: str,
+):
     """Activation bytes by part, and the phases of a step (none for Korthikanti et al.'s formula)."""
     s = seq_len if seq_len is not None else shape.block_size
     if activation_model == "korthikanti":
@@ -422,10 +494,18 @@ def _activations_and_phases(shape: ModelShape, recipe: PrecisionRecipe, batch_si
     return parts, _gpt_phases(shape, recipe, batch_size * s, parts, grads, checkpointing)
 
 
-def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
-             precision: "str | PrecisionRecipe" = "bf16-mixed", optimizer: str = "adam",
-             activation_checkpointing: bool = False, zero_stage: int = 0, dp: int = 1,
-             activation_model: str = "gputrain") -> MemoryBreakdown:
+def estimate(
+    model,
+    *,
+    batch_size: int = 1,
+    seq_len: Optional[int] = None,
+    precision: "str | PrecisionRecipe" = "bf16-mixed",
+    optimizer: str = "adam",
+    activation_checkpointing: bool = False,
+    zero_stage: int = 0,
+    dp: int = 1,
+    activation_model: str = "gputrain",
+) -> MemoryBreakdown:
     """Bytes per GPU of training ``model`` (chapter 7; per-rank ZeRO memory in chapter 8).
 
     ``model``: a parameter count (no activations then), a ``ModelShape``, a
@@ -449,16 +529,19 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
         psi = shape.params
         n_tensors = shape.param_tensors
         if getattr(getattr(model, "cfg", model), "dropout", 0.0) and activation_model == "gputrain":
-            raise ValueError("the gputrain activation model assumes dropout=0 (no masks); "
-                             "use activation_model='korthikanti' or a model with dropout=0")
+            raise ValueError(
+                "the gputrain activation model assumes dropout=0 (no masks); "
+                "use activation_model='korthikanti' or a model with dropout=0"
+            )
 
     shard = {k: (dp if zero_stage >= k else 1) for k in (1, 2, 3)}
     states = psi * n_states * recipe.optimizer_state + (4 * n_tensors if n_states == 2 else 0)  # Adam's step
     grads = psi * recipe.grads / shard[2]
     parts, phases = {}, {}
     if shape is not None and batch_size > 0:
-        parts, phases = _activations_and_phases(shape, recipe, batch_size, seq_len, grads,
-                                                activation_checkpointing, activation_model)
+        parts, phases = _activations_and_phases(
+            shape, recipe, batch_size, seq_len, grads, activation_checkpointing, activation_model
+        )
     acts = float(sum(parts.values()))
     if not phases:
         phases = {"activations and gradients together": acts + grads}
@@ -470,9 +553,17 @@ def estimate(model, *, batch_size: int = 1, seq_len: Optional[int] = None,
         activations=acts,
         activation_parts=parts,
         phases=phases,
-        settings={"params": psi, "precision": recipe.name, "optimizer": optimizer, "batch_size": batch_size,
-                  "seq_len": seq_len, "activation_checkpointing": activation_checkpointing,
-                  "zero_stage": zero_stage, "dp": dp, "activation_model": activation_model},
+        settings={
+            "params": psi,
+            "precision": recipe.name,
+            "optimizer": optimizer,
+            "batch_size": batch_size,
+            "seq_len": seq_len,
+            "activation_checkpointing": activation_checkpointing,
+            "zero_stage": zero_stage,
+            "dp": dp,
+            "activation_model": activation_model,
+        },
     )
 
 
@@ -529,8 +620,9 @@ class AllocationTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                  if isinstance(t, torch.Tensor)}
+        inputs = {
+            t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
@@ -560,8 +652,9 @@ def held_bytes(model: nn.Module, optimizer) -> int:
     return tensor_bytes(list(model.parameters()) + masters + _state_tensors(torch_optimizer))
 
 
-def measure_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
-                 autocast_dtype: Optional[torch.dtype] = None) -> dict[str, int]:
+def measure_step(
+    model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor, autocast_dtype: Optional[torch.dtype] = None
+) -> dict[str, int]:
     """Measure one training step of ``model`` (called as ``model(x, y) -> (logits, loss)``), in bytes.
 
     ``optimizer`` is a torch optimizer or a :class:`gputrain.precision.MasterWeights`.
@@ -576,17 +669,21 @@ def measure_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
     optimizer.zero_grad(set_to_none=True)
     before = held_bytes(model, optimizer)
     with AllocationTracker() as tracker:
-        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
-                            enabled=autocast_dtype is not None):
+        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
             with saved_tensors(exclude=params) as saved:
                 _, loss = model(x, y)
         activations = sum(saved.values())
         loss.backward()
         gradients = tensor_bytes(p.grad for p in params if p.grad is not None)
         optimizer.step()
-    return {"parameters": tensor_bytes(params), "gradients": gradients, "master_weights": tensor_bytes(masters),
-            "optimizer_states": tensor_bytes(_state_tensors(torch_optimizer)), "activations": activations,
-            "peak": before + tracker.peak}
+    return {
+        "parameters": tensor_bytes(params),
+        "gradients": gradients,
+        "master_weights": tensor_bytes(masters),
+        "optimizer_states": tensor_bytes(_state_tensors(torch_optimizer)),
+        "activations": activations,
+        "peak": before + tracker.peak,
+    }
 
 
 def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -647,8 +744,13 @@ class MoEShape:
     @property
     def params(self) -> int:
         moe_extra = self.extra_last_moe * (self.moe_replicated + self.n_experts * self.expert)
-        return (self.embedding + self.head + sum(sum(self.layer(i)) for i in range(self.n_layer))
-                + self.extra_last + moe_extra)
+        return (
+            self.embedding
+            + self.head
+            + sum(sum(self.layer(i)) for i in range(self.n_layer))
+            + self.extra_last
+            + moe_extra
+        )
 
     @property
     def active(self) -> int:
@@ -668,11 +770,22 @@ def moe_shape(cfg) -> MoEShape:
     expert = 2 * C * mcfg.expert_hidden + ((mcfg.expert_hidden + C) if cfg.bias else 0)
     moe_total, _ = moe_layer_params(mcfg)
     mlp = 8 * C * C + (5 * C if cfg.bias else 0)  # the dense MLP an MoE block replaces
-    return MoEShape(name="MoE GPT", n_layer=cfg.n_layer, n_embd=C, n_head=cfg.n_head, vocab_size=cfg.vocab_size,
-                    block_size=cfg.block_size, moe_layers=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layer)),
-                    dense_layer=dense, moe_replicated=dense - mlp + moe_total - mcfg.n_experts * expert,
-                    expert=expert, n_experts=mcfg.n_experts, top_k=mcfg.top_k,
-                    embedding=(cfg.vocab_size + cfg.block_size) * C, head=2 * C if cfg.bias else C)
+    return MoEShape(
+        name="MoE GPT",
+        n_layer=cfg.n_layer,
+        n_embd=C,
+        n_head=cfg.n_head,
+        vocab_size=cfg.vocab_size,
+        block_size=cfg.block_size,
+        moe_layers=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layer)),
+        dense_layer=dense,
+        moe_replicated=dense - mlp + moe_total - mcfg.n_experts * expert,
+        expert=expert,
+        n_experts=mcfg.n_experts,
+        top_k=mcfg.top_k,
+        embedding=(cfg.vocab_size + cfg.block_size) * C,
+        head=2 * C if cfg.bias else C,
+    )
 
 
 def deepseek_v3_shape(config: Optional[dict] = None, seq_len: int = 4096) -> MoEShape:
@@ -692,13 +805,26 @@ def deepseek_v3_shape(config: Optional[dict] = None, seq_len: int = 4096) -> MoE
     h, E = c["hidden"], c["n_routed"]
     expert = 3 * h * c["expert_ffn"]  # SwiGLU: gate, up, down
     mtp = deepseek_v3_params(c)["mtp"]
-    return MoEShape(name="DeepSeek-V3", n_layer=c["n_layers"], n_embd=h, n_head=c["n_heads"],
-                    vocab_size=c["vocab"], block_size=seq_len,
-                    moe_layers=tuple(i >= c["first_dense"] for i in range(c["n_layers"])),
-                    dense_layer=dense, moe_replicated=moe_block - E * expert, expert=expert, n_experts=E,
-                    top_k=c["top_k"], embedding=c["vocab"] * h, head=base - c["vocab"] * h, tied=False,
-                    extra_last=c["mtp_modules"] * (mtp - moe_block), extra_last_moe=c["mtp_modules"],
-                    attn_width=c["n_heads"] * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"]) // 2)
+    return MoEShape(
+        name="DeepSeek-V3",
+        n_layer=c["n_layers"],
+        n_embd=h,
+        n_head=c["n_heads"],
+        vocab_size=c["vocab"],
+        block_size=seq_len,
+        moe_layers=tuple(i >= c["first_dense"] for i in range(c["n_layers"])),
+        dense_layer=dense,
+        moe_replicated=moe_block - E * expert,
+        expert=expert,
+        n_experts=E,
+        top_k=c["top_k"],
+        embedding=c["vocab"] * h,
+        head=base - c["vocab"] * h,
+        tied=False,
+        extra_last=c["mtp_modules"] * (mtp - moe_block),
+        extra_last_moe=c["mtp_modules"],
+        attn_width=c["n_heads"] * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"] + c["v_head_dim"]) // 2,
+    )
 
 
 def stage_params(shape: MoEShape, pp: int = 1, stage: int = 0) -> dict[str, int]:
@@ -725,10 +851,22 @@ def _states(params: float, recipe: PrecisionRecipe, n_states: int, zero_stage: i
     return params * recipe.weights / shard[3], params * recipe.grads / shard[2], optim
 
 
-def expert_parallel_memory(shape: MoEShape, *, ep: int = 1, dp: int = 1, pp: int = 1, stage: int = 0, tp: int = 1,
-                           zero_stage: int = 1, precision: "str | PrecisionRecipe" = "bf16-mixed",
-                           optimizer: str = "adam", tokens: int = 0, in_flight: int = 1,
-                           a2a_bytes: Optional[float] = None, activation_bytes: float = 0.0) -> dict[str, float]:
+def expert_parallel_memory(
+    shape: MoEShape,
+    *,
+    ep: int = 1,
+    dp: int = 1,
+    pp: int = 1,
+    stage: int = 0,
+    tp: int = 1,
+    zero_stage: int = 1,
+    precision: "str | PrecisionRecipe" = "bf16-mixed",
+    optimizer: str = "adam",
+    tokens: int = 0,
+    in_flight: int = 1,
+    a2a_bytes: Optional[float] = None,
+    activation_bytes: float = 0.0,
+) -> dict[str, float]:
     """Bytes per GPU of an MoE model under expert x data x pipeline (x tensor) parallelism (chapter 9).
 
     ``dp`` data-parallel ranks hold each pipeline stage; ``ep`` of them (EP
@@ -751,16 +889,27 @@ def expert_parallel_memory(shape: MoEShape, *, ep: int = 1, dp: int = 1, pp: int
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if shape.n_experts % ep:
-        raise ValueError(f"{shape.n_experts} experts do not split evenly over EP{ep}; "
-                         f"use an EP degree that divides {shape.n_experts}")
+        raise ValueError(
+            f"{shape.n_experts} experts do not split evenly over EP{ep}; "
+            f"use an EP degree that divides {shape.n_experts}"
+        )
     if dp % ep:
-        raise ValueError(f"EP{ep} does not divide DP{dp}: expert-parallel ranks are carved out of the "
-                         "data-parallel ranks; pick an EP degree that divides the DP degree")
+        raise ValueError(
+            f"EP{ep} does not divide DP{dp}: expert-parallel ranks are carved out of the "
+            "data-parallel ranks; pick an EP degree that divides the DP degree"
+        )
     part = stage_params(shape, pp, stage)
     rep = _states(part["replicated"] / tp, recipe, n_states, zero_stage, dp)
     exp = _states(part["routed"] / (ep * tp), recipe, n_states, zero_stage, dp // ep)
     a2a = recipe.activations if a2a_bytes is None else a2a_bytes
     buffers = 2 * tokens * shape.top_k * shape.n_embd * a2a * part["moe_layers"] * in_flight / tp
-    return {"replicated weights": rep[0], "replicated gradients": rep[1], "replicated optimizer": rep[2],
-            "expert weights": exp[0], "expert gradients": exp[1], "expert optimizer": exp[2],
-            "all-to-all buffers": buffers, "activations": activation_bytes * tokens * part["layers"] * in_flight}
+    return {
+        "replicated weights": rep[0],
+        "replicated gradients": rep[1],
+        "replicated optimizer": rep[2],
+        "expert weights": exp[0],
+        "expert gradients": exp[1],
+        "expert optimizer": exp[2],
+        "all-to-all buffers": buffers,
+        "activations": activation_bytes * tokens * part["layers"] * in_flight,
+    }

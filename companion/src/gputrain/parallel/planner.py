@@ -50,8 +50,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import matplotlib.pyplot as plt
+
 from ..flops import forward_flops_per_token, train_flops_per_token
-from ..memory import MoEShape, deepseek_v3_shape, expert_parallel_memory, get_recipe, moe_shape
+from ..memory import MoEShape, deepseek_v3_shape, estimate, expert_parallel_memory, get_recipe, moe_shape, shape_of
 from ..model import GPTConfig, gpt_num_params
 from .context import ring_bytes
 from .expert import check_expert_split
@@ -78,8 +80,7 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus_per_node < 1 or self.gpus % min(self.gpus, self.gpus_per_node):
-            raise ValueError(f"{self.gpus} GPUs do not fill nodes of {self.gpus_per_node}; "
-                             "use a whole number of nodes")
+            raise ValueError(f"{self.gpus} GPUs do not fill nodes of {self.gpus_per_node}; use a whole number of nodes")
 
 
 @dataclass
@@ -111,14 +112,28 @@ class Layout:
 
     def label(self) -> str:
         cp = f" x CP{self.cp}" if self.cp > 1 else ""
-        return (f"TP{self.tp}{cp} x PP{self.pp} x DP{self.dp}" + (f" (EP{self.ep} inside DP)" if self.ep > 1 else "")
-                + ("" if self.sp else " (no SP)")
-                + (" +recompute" if self.recompute else ""))
+        return (
+            f"TP{self.tp}{cp} x PP{self.pp} x DP{self.dp}"
+            + (f" (EP{self.ep} inside DP)" if self.ep > 1 else "")
+            + ("" if self.sp else " (no SP)")
+            + (" +recompute" if self.recompute else "")
+        )
 
 
-def memory_per_gpu(model: GPTConfig, tp: int, pp: int, dp: int, micro_batch: int, microbatches: int,
-                   recompute: bool, zero_stage: int = 1, *, sequence_parallel: bool = True, cp: int = 1,
-                   flash_attention: bool = False) -> dict[str, float]:
+def memory_per_gpu(
+    model: GPTConfig,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batch: int,
+    microbatches: int,
+    recompute: bool,
+    zero_stage: int = 1,
+    *,
+    sequence_parallel: bool = True,
+    cp: int = 1,
+    flash_attention: bool = False,
+) -> dict[str, float]:
     """Bytes on the busiest GPU: the first pipeline stage, which holds the embedding and the most activations.
 
     Model states come from :func:`gputrain.memory.estimate` (bf16 mixed-precision
@@ -132,8 +147,6 @@ def memory_per_gpu(model: GPTConfig, tp: int, pp: int, dp: int, micro_batch: int
     shards over the ``dp`` x ``cp`` ranks that hold the same weights.  1F1B
     keeps ``min(p, m)`` micro-batches of activations alive.
     """
-    from ..memory import estimate, shape_of
-
     shape = shape_of(model)
     layers = len(split_layers(model.n_layer, pp)[0])
     stage_params = (layers * shape.layer_params + model.vocab_size * model.n_embd) / tp  # + the embedding
@@ -147,14 +160,31 @@ def memory_per_gpu(model: GPTConfig, tp: int, pp: int, dp: int, micro_batch: int
         if flash_attention:
             per_layer -= 5 * a * s * s * b / tp  # no stored attention matrix
     acts = per_layer * layers * in_flight
-    return {"weights": states.parameters, "gradients": states.gradients,
-            "optimizer (master, m, v)": states.master_weights + states.optimizer_states, "activations": acts}
+    return {
+        "weights": states.parameters,
+        "gradients": states.gradients,
+        "optimizer (master, m, v)": states.master_weights + states.optimizer_states,
+        "activations": acts,
+    }
 
 
-def moe_memory_per_gpu(model: MoEShape, tp: int, pp: int, dp: int, ep: int, micro_batch: int, microbatches: int,
-                       recompute: bool, zero_stage: int = 1, *, sequence_parallel: bool = True, cp: int = 1,
-                       flash_attention: bool = False, precision: str = "bf16-mixed",
-                       a2a_bytes: Optional[float] = None) -> tuple[int, dict[str, float]]:
+def moe_memory_per_gpu(
+    model: MoEShape,
+    tp: int,
+    pp: int,
+    dp: int,
+    ep: int,
+    micro_batch: int,
+    microbatches: int,
+    recompute: bool,
+    zero_stage: int = 1,
+    *,
+    sequence_parallel: bool = True,
+    cp: int = 1,
+    flash_attention: bool = False,
+    precision: str = "bf16-mixed",
+    a2a_bytes: Optional[float] = None,
+) -> tuple[int, dict[str, float]]:
     """(stage, bytes by component) of the busiest pipeline stage of an MoE model (chapter 9).
 
     Model states and all-to-all buffers come from
@@ -174,9 +204,20 @@ def moe_memory_per_gpu(model: MoEShape, tp: int, pp: int, dp: int, ep: int, micr
     per_layer *= get_recipe(precision).activations / 2  # the formula counts 16-bit activations
     best = None
     for stage in range(pp):
-        mem = expert_parallel_memory(model, ep=ep, dp=dp * cp, pp=pp, stage=stage, tp=tp, zero_stage=zero_stage,
-                                     precision=precision, tokens=s * b, in_flight=min(pp - stage, microbatches),
-                                     a2a_bytes=a2a_bytes, activation_bytes=per_layer / (s * b))
+        mem = expert_parallel_memory(
+            model,
+            ep=ep,
+            dp=dp * cp,
+            pp=pp,
+            stage=stage,
+            tp=tp,
+            zero_stage=zero_stage,
+            precision=precision,
+            tokens=s * b,
+            in_flight=min(pp - stage, microbatches),
+            a2a_bytes=a2a_bytes,
+            activation_bytes=per_layer / (s * b),
+        )
         if best is None or sum(mem.values()) > sum(best[1].values()):
             best = (stage, mem)
     return best
@@ -204,20 +245,30 @@ def _check_ep(ep: int, moe: Optional[MoEShape], gpus: int, dp: int, nodes_per_to
     if ep == 1:
         return
     if ep < 1 or gpus % ep:
-        raise ValueError(f"EP group size {ep} does not divide the world of {gpus} GPUs; "
-                         f"pick an EP degree that divides {gpus}")
+        raise ValueError(
+            f"EP group size {ep} does not divide the world of {gpus} GPUs; pick an EP degree that divides {gpus}"
+        )
     if nodes_per_token is not None and nodes_per_token < 1:
         raise ValueError(f"nodes_per_token must be >= 1 (or None for free routing), got {nodes_per_token}")
     if moe is None:
         raise ValueError(f"EP{ep} needs a model with routed experts (a GPTConfig with n_experts or a MoEShape)")
     check_expert_split(moe.n_experts, ep)  # "... experts do not split evenly over ... ranks"
     if dp % ep:
-        raise ValueError(f"EP{ep} does not divide DP{dp}: expert-parallel ranks are carved out of the "
-                         "data-parallel ranks; lower TP x CP x PP or pick an EP degree that divides DP")
+        raise ValueError(
+            f"EP{ep} does not divide DP{dp}: expert-parallel ranks are carved out of the "
+            "data-parallel ranks; lower TP x CP x PP or pick an EP degree that divides DP"
+        )
 
 
-def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes: float, link,
-             nodes_per_token: Optional[int] = None) -> float:
+def _ep_time(
+    moe: MoEShape,
+    cluster: Cluster,
+    lay: Layout,
+    tokens: float,
+    nbytes: float,
+    link,
+    nodes_per_token: Optional[int] = None,
+) -> float:
     """Seconds of all-to-all per step: the in-node share over NVLink while the rest crosses the network.
 
     With ``nodes_per_token`` = M (DeepSeek-V3's node-limited routing, M = 4)
@@ -243,10 +294,24 @@ def _ep_time(moe: MoEShape, cluster: Cluster, lay: Layout, tokens: float, nbytes
     return max(inside, across) * moe_layers * lay.microbatches * (3 if lay.recompute else 2)
 
 
-def evaluate(model, cluster: Cluster, tp: int, pp: int, global_batch: int, micro_batch: int = 1,
-             recompute: bool = False, zero_stage: int = 1, *, cp: int = 1, sequence_parallel: bool = True,
-             flash_attention: bool = False, ep: int = 1, precision: str = "bf16-mixed",
-             a2a_bytes: Optional[float] = None, nodes_per_token: Optional[int] = None) -> Layout:
+def evaluate(
+    model,
+    cluster: Cluster,
+    tp: int,
+    pp: int,
+    global_batch: int,
+    micro_batch: int = 1,
+    recompute: bool = False,
+    zero_stage: int = 1,
+    *,
+    cp: int = 1,
+    sequence_parallel: bool = True,
+    flash_attention: bool = False,
+    ep: int = 1,
+    precision: str = "bf16-mixed",
+    a2a_bytes: Optional[float] = None,
+    nodes_per_token: Optional[int] = None,
+) -> Layout:
     """Memory and estimated step time of one TP x CP x PP x DP layout (EP inside DP for an MoE model).
 
     ``model``: a ``GPTConfig`` (dense or with ``n_experts``) or a
@@ -259,32 +324,74 @@ def evaluate(model, cluster: Cluster, tp: int, pp: int, global_batch: int, micro
     shard_range(model.n_head, tp, 0, "number of heads")
     split_layers(model.n_layer, pp)  # at least one layer per stage
     if cp < 1 or model.block_size % (2 * cp):
-        raise ValueError(f"sequence length {model.block_size} is not divisible by 2 x CP degree = {2 * cp} "
-                         "(the zig-zag split); pick a CP degree that divides half the sequence")
+        raise ValueError(
+            f"sequence length {model.block_size} is not divisible by 2 x CP degree = {2 * cp} "
+            "(the zig-zag split); pick a CP degree that divides half the sequence"
+        )
     if cluster.gpus % (tp * cp * pp):
-        raise ValueError(f"TP{tp} x CP{cp} x PP{pp} = {tp * cp * pp} GPUs does not divide the cluster's "
-                         f"{cluster.gpus}")
+        raise ValueError(f"TP{tp} x CP{cp} x PP{pp} = {tp * cp * pp} GPUs does not divide the cluster's {cluster.gpus}")
     dp = cluster.gpus // (tp * cp * pp)
     _check_ep(ep, moe, cluster.gpus, dp, nodes_per_token)
     if global_batch % (dp * micro_batch):
         raise ValueError(f"global batch {global_batch} is not a multiple of DP{dp} x micro-batch {micro_batch}")
     m = global_batch // (dp * micro_batch)
-    layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, microbatches=m, recompute=recompute, cp=cp,
-                    sp=sequence_parallel, ep=ep)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=micro_batch,
+        microbatches=m,
+        recompute=recompute,
+        cp=cp,
+        sp=sequence_parallel,
+        ep=ep,
+    )
     if moe is None:
-        layout.memory = memory_per_gpu(model, tp, pp, dp, micro_batch, m, recompute, zero_stage,
-                                       sequence_parallel=sequence_parallel, cp=cp, flash_attention=flash_attention)
+        layout.memory = memory_per_gpu(
+            model,
+            tp,
+            pp,
+            dp,
+            micro_batch,
+            m,
+            recompute,
+            zero_stage,
+            sequence_parallel=sequence_parallel,
+            cp=cp,
+            flash_attention=flash_attention,
+        )
     else:
         layout.stage, layout.memory = moe_memory_per_gpu(
-            moe, tp, pp, dp, ep, micro_batch, m, recompute, zero_stage, sequence_parallel=sequence_parallel, cp=cp,
-            flash_attention=flash_attention, precision=precision, a2a_bytes=a2a_bytes)
+            moe,
+            tp,
+            pp,
+            dp,
+            ep,
+            micro_batch,
+            m,
+            recompute,
+            zero_stage,
+            sequence_parallel=sequence_parallel,
+            cp=cp,
+            flash_attention=flash_attention,
+            precision=precision,
+            a2a_bytes=a2a_bytes,
+        )
     layout.fits = layout.memory_total <= cluster.memory
     layout.seconds = _step_seconds(model, moe, cluster, layout, global_batch, precision, a2a_bytes, nodes_per_token)
     return layout
 
 
-def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layout, global_batch: int,
-                  precision: str, a2a_bytes: Optional[float], nodes_per_token: Optional[int]) -> dict[str, float]:
+def _step_seconds(
+    model,
+    moe: Optional[MoEShape],
+    cluster: Cluster,
+    layout: Layout,
+    global_batch: int,
+    precision: str,
+    a2a_bytes: Optional[float],
+    nodes_per_token: Optional[int],
+) -> dict[str, float]:
     """Estimated seconds per step by part; no overlap of communication with compute."""
     tp, cp, pp, dp, ep, m = layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.microbatches
     micro_batch, recompute = layout.micro_batch, layout.recompute
@@ -312,8 +419,11 @@ def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layo
         ep_time = 0.0
     else:  # replicated gradients over every DP x CP rank, expert gradients over the dp / ep that share experts
         replicated, routed = moe.params - moe.routed, moe.routed / ep
-        dp_time = sum(ring_all_reduce_time(ACT_BYTES * n / (tp * pp), ranks * cp, dp_bw)
-                      for n, ranks in ((replicated, dp), (routed, dp // ep)) if ranks * cp > 1)
+        dp_time = sum(
+            ring_all_reduce_time(ACT_BYTES * n / (tp * pp), ranks * cp, dp_bw)
+            for n, ranks in ((replicated, dp), (routed, dp // ep))
+            if ranks * cp > 1
+        )
         tokens = micro_batch * model.block_size / cp / (tp if layout.sp else 1)  # tokens this rank routes
         nbytes = get_recipe(precision).activations if a2a_bytes is None else a2a_bytes
         ep_time = _ep_time(moe, cluster, layout, tokens, nbytes, link, nodes_per_token)
@@ -321,18 +431,29 @@ def _step_seconds(model, moe: Optional[MoEShape], cluster: Cluster, layout: Layo
         "compute": compute,
         "bubble": compute * (pp - 1) / m,
         "TP comm": allreduces * ring_all_reduce_time(act, tp, tp_bw) if tp > 1 else 0.0,
-        "CP comm": (layers * m * (kv["forward"] * (2 if recompute else 1) + kv["backward"]) / cp_bw
-                    if cp > 1 else 0.0),  # K, V (and dK, dV) round the ring; recomputation repeats the forward
+        "CP comm": (
+            layers * m * (kv["forward"] * (2 if recompute else 1) + kv["backward"]) / cp_bw if cp > 1 else 0.0
+        ),  # K, V (and dK, dV) round the ring; recomputation repeats the forward
         "PP comm": 2 * m * act / tp / pp_bw if pp > 1 else 0.0,  # each TP rank sends its 1/t share
         "DP comm": dp_time,  # CP ranks hold the same weights: they reduce too
         "EP comm": ep_time,
     }
 
 
-def plan(model, cluster: Cluster, global_batch: int, micro_batch: int = 1,
-         zero_stage: int = 1, *, context: bool = False, sequence_parallel: bool = True,
-         flash_attention: bool = False, expert: bool = False, precision: str = "bf16-mixed",
-         nodes_per_token: Optional[int] = None) -> list[Layout]:
+def plan(
+    model,
+    cluster: Cluster,
+    global_batch: int,
+    micro_batch: int = 1,
+    zero_stage: int = 1,
+    *,
+    context: bool = False,
+    sequence_parallel: bool = True,
+    flash_attention: bool = False,
+    expert: bool = False,
+    precision: str = "bf16-mixed",
+    nodes_per_token: Optional[int] = None,
+) -> list[Layout]:
     """Every valid layout (with and without recomputation, CP degrees too if ``context``, EP degrees
     too if ``expert``); fitting, then fastest, first."""
     layouts, reason = [], None
@@ -343,15 +464,30 @@ def plan(model, cluster: Cluster, global_batch: int, micro_batch: int = 1,
                 for ep in divisors(cluster.gpus // (tp * cp * pp)) if expert else (1,):
                     for recompute in (False, True):
                         try:  # evaluate() is the one place that decides what a valid layout is
-                            layouts.append(evaluate(model, cluster, tp, pp, global_batch, micro_batch, recompute,
-                                                    zero_stage, cp=cp, sequence_parallel=sequence_parallel,
-                                                    flash_attention=flash_attention, ep=ep, precision=precision,
-                                                    nodes_per_token=nodes_per_token))
+                            layouts.append(
+                                evaluate(
+                                    model,
+                                    cluster,
+                                    tp,
+                                    pp,
+                                    global_batch,
+                                    micro_batch,
+                                    recompute,
+                                    zero_stage,
+                                    cp=cp,
+                                    sequence_parallel=sequence_parallel,
+                                    flash_attention=flash_attention,
+                                    ep=ep,
+                                    precision=precision,
+                                    nodes_per_token=nodes_per_token,
+                                )
+                            )
                         except ValueError as exc:
                             reason = exc
     if not layouts:
-        raise ValueError(f"no layout divides the cluster, the model and the batch (last reason: {reason}); "
-                         "try another global batch")
+        raise ValueError(
+            f"no layout divides the cluster, the model and the batch (last reason: {reason}); try another global batch"
+        )
     return sorted(layouts, key=lambda lay: (not lay.fits, lay.step_seconds))
 
 
@@ -359,11 +495,14 @@ def explain(layout: Layout, cluster: Cluster) -> str:
     """One paragraph on where a layout's time goes and which links carry what."""
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in layout.seconds.items() if v > 0)
     fit = "fits" if layout.fits else "does NOT fit"
-    return (f"{layout.label()}: {layout.memory_total / 1e9:.1f} GB per GPU ({fit} in "
-            f"{cluster.memory / 1e9:.0f} GB); step {layout.step_seconds:.2f} s = {parts}; "
-            f"TP over {layout.links['TP']}" + (f", CP over {layout.links['CP']}" if layout.cp > 1 else "")
-            + f", PP over {layout.links['PP']}, DP over {layout.links['DP']}"
-            + (f", EP over {layout.links['EP']}." if layout.ep > 1 else "."))
+    return (
+        f"{layout.label()}: {layout.memory_total / 1e9:.1f} GB per GPU ({fit} in "
+        f"{cluster.memory / 1e9:.0f} GB); step {layout.step_seconds:.2f} s = {parts}; "
+        f"TP over {layout.links['TP']}"
+        + (f", CP over {layout.links['CP']}" if layout.cp > 1 else "")
+        + f", PP over {layout.links['PP']}, DP over {layout.links['DP']}"
+        + (f", EP over {layout.links['EP']}." if layout.ep > 1 else ".")
+    )
 
 
 def gpt3(seq_len: int = 2048) -> GPTConfig:
@@ -402,8 +541,6 @@ def draw_layout(ax, layout: Layout, cluster: Cluster) -> None:
     parallel (Megatron's placement), so consecutive squares share a node;
     thick lines mark node boundaries, where traffic leaves NVLink.
     """
-    import matplotlib.pyplot as plt
-
     cmap = plt.get_cmap("tab20")
     group = layout.tp * layout.cp  # GPUs of one pipeline stage
     width = layout.pp * group  # GPUs in one replica: one row
@@ -416,8 +553,9 @@ def draw_layout(ax, layout: Layout, cluster: Cluster) -> None:
             ax.plot([start, start], [replica - 0.05, replica + 0.85], color="k", lw=1.2)
     ax.set_xlim(-0.5, width + 0.5)
     ax.set_ylim(layout.dp, -0.2)
-    ax.set_xlabel(f"pipeline stage (colour), {group} tensor-/context-parallel GPUs each; "
-                  f"black lines: node boundaries", fontsize=9)
+    ax.set_xlabel(
+        f"pipeline stage (colour), {group} tensor-/context-parallel GPUs each; black lines: node boundaries", fontsize=9
+    )
     ax.set_ylabel("data-parallel replica")
     ax.set_yticks([r + 0.4 for r in range(layout.dp)], [str(r) for r in range(layout.dp)])
     ax.set_xticks([])

@@ -97,6 +97,52 @@ def test_cli_flags_offer_exactly_the_table_names():
     assert list(choices["optimizer"]) == list(OPTIMIZERS) and list(choices["schedule"]) == list(SCHEDULES)
 
 
+def test_the_cli_trains_a_mixture_of_experts_gpt(tmp_path):
+    """--n-experts turns every MLP into a DeepSeekMoE layer; the loop nudges the routers' biases."""
+    from gputrain.model import GPT
+    from gputrain.moe import MoE
+    from gputrain.train import load_model
+    from helpers import run_cli
+
+    out = run_cli(
+        "train",
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "32",
+        "--block-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--corpus-bytes",
+        "30000",
+        "--warmup-steps",
+        "0",
+        "--eval-interval",
+        "0",
+        "--max-steps",
+        "3",
+        "--n-experts",
+        "4",
+        "--top-k",
+        "2",
+        "--bias-gamma",
+        "0.01",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--quiet",
+    )
+    assert out.returncode == 0, out.stderr
+    model, _ = load_model(tmp_path)
+    layers = [m for m in model.modules() if isinstance(m, MoE)]
+    assert isinstance(model, GPT) and len(layers) == 1
+    assert layers[0].router.e_bias.abs().sum() > 0  # three updates of +-0.01 moved the bias
+    bad = run_cli("train", "--n-experts", "4", "--top-k", "8")
+    assert bad.returncode == 2 and "top_k=8 is larger than n_experts=4" in bad.stderr
+
+
 def test_readme_table_names_every_choice():
     """The README's table of components spells the same names as the package's tables."""
     import re

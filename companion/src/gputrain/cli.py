@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 from .bench import COMPILE_SCOPES, LadderConfig, ladder_config, plan, run_ladder
 from .device import info, preset
 from .memory import GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
+from .moe import BALANCES, ROUTERS
 from .results import read_result, write_result
 from .train import (
     MIXED_PRECISION,
@@ -69,6 +70,8 @@ CHOICES = {
     "schedule": SCHEDULES,
     "mixed_precision": MIXED_PRECISION,
     "compile_scope": COMPILE_SCOPES,
+    "router": ROUTERS,
+    "balance": BALANCES,
 }
 
 

@@ -4,10 +4,13 @@ import math
 
 import pytest
 import torch
+from helpers import run_cli
 
 from gputrain import optim, schedule
 from gputrain.cli import build_parser
-from gputrain.train import OPTIMIZERS, SCHEDULES, TrainConfig, lr_lambda, make_optimizer, train
+from gputrain.model import GPT
+from gputrain.moe import MoE
+from gputrain.train import OPTIMIZERS, SCHEDULES, TrainConfig, load_model, lr_lambda, make_optimizer, train
 
 
 def lion_reference(w, grads, lr, beta1, beta2, wd):
@@ -99,11 +102,6 @@ def test_cli_flags_offer_exactly_the_table_names():
 
 def test_the_cli_trains_a_mixture_of_experts_gpt(tmp_path):
     """--n-experts turns every MLP into a DeepSeekMoE layer; the loop nudges the routers' biases."""
-    from gputrain.model import GPT
-    from gputrain.moe import MoE
-    from gputrain.train import load_model
-    from helpers import run_cli
-
     out = run_cli(
         "train",
         "--n-layer",

@@ -320,6 +320,25 @@ def evaluate(
     node-limited routing (see :func:`_ep_time`); None routes freely.
     """
     moe = _as_moe(model)
+    dp, m = _check_layout(model, cluster, tp, cp, pp, global_batch, micro_batch)
+    _check_ep(ep, moe, cluster.gpus, dp, nodes_per_token)
+    layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, microbatches=m, recompute=recompute, cp=cp,
+                    sp=sequence_parallel, ep=ep)  # fmt: skip
+    shared = dict(sequence_parallel=sequence_parallel, cp=cp, flash_attention=flash_attention)
+    if moe is None:
+        layout.memory = memory_per_gpu(model, tp, pp, dp, micro_batch, m, recompute, zero_stage, **shared)
+    else:
+        layout.stage, layout.memory = moe_memory_per_gpu(
+            moe, tp, pp, dp, ep, micro_batch, m, recompute, zero_stage, precision=precision, a2a_bytes=a2a_bytes,
+            **shared
+        )  # fmt: skip
+    layout.fits = layout.memory_total <= cluster.memory
+    layout.seconds = _step_seconds(model, moe, cluster, layout, global_batch, precision, a2a_bytes, nodes_per_token)
+    return layout
+
+
+def _check_layout(model, cluster: Cluster, tp: int, cp: int, pp: int, global_batch: int, micro_batch: int):
+    """``(dp, micro-batches per step)`` of a layout, or one clear error for what does not divide."""
     shard_range(model.n_embd, tp, 0, "hidden size")  # TP splits h (and the heads) evenly
     shard_range(model.n_head, tp, 0, "number of heads")
     split_layers(model.n_layer, pp)  # at least one layer per stage
@@ -331,55 +350,9 @@ def evaluate(
     if cluster.gpus % (tp * cp * pp):
         raise ValueError(f"TP{tp} x CP{cp} x PP{pp} = {tp * cp * pp} GPUs does not divide the cluster's {cluster.gpus}")
     dp = cluster.gpus // (tp * cp * pp)
-    _check_ep(ep, moe, cluster.gpus, dp, nodes_per_token)
     if global_batch % (dp * micro_batch):
         raise ValueError(f"global batch {global_batch} is not a multiple of DP{dp} x micro-batch {micro_batch}")
-    m = global_batch // (dp * micro_batch)
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        micro_batch=micro_batch,
-        microbatches=m,
-        recompute=recompute,
-        cp=cp,
-        sp=sequence_parallel,
-        ep=ep,
-    )
-    if moe is None:
-        layout.memory = memory_per_gpu(
-            model,
-            tp,
-            pp,
-            dp,
-            micro_batch,
-            m,
-            recompute,
-            zero_stage,
-            sequence_parallel=sequence_parallel,
-            cp=cp,
-            flash_attention=flash_attention,
-        )
-    else:
-        layout.stage, layout.memory = moe_memory_per_gpu(
-            moe,
-            tp,
-            pp,
-            dp,
-            ep,
-            micro_batch,
-            m,
-            recompute,
-            zero_stage,
-            sequence_parallel=sequence_parallel,
-            cp=cp,
-            flash_attention=flash_attention,
-            precision=precision,
-            a2a_bytes=a2a_bytes,
-        )
-    layout.fits = layout.memory_total <= cluster.memory
-    layout.seconds = _step_seconds(model, moe, cluster, layout, global_batch, precision, a2a_bytes, nodes_per_token)
-    return layout
+    return dp, global_batch // (dp * micro_batch)
 
 
 def _step_seconds(

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from .bench import COMPILE_SCOPES, LadderConfig, ladder_config, plan, run_ladder
 from .device import info, preset
-from .memory import GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
+from .memory import ACTIVATION_MODELS, GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
 from .moe import BALANCES, ROUTERS
 from .results import read_result, write_result
 from .train import (
@@ -266,7 +266,7 @@ def _add_memory(sub) -> None:
     p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
     p_mem.add_argument(
         "--activation-model",
-        choices=["gputrain", "korthikanti"],
+        choices=list(ACTIVATION_MODELS),
         default="korthikanti",
         help="our GPT's saved tensors or Korthikanti et al.'s formula (default)",
     )

@@ -178,6 +178,11 @@ RECIPES: dict[str, PrecisionRecipe] = {
 }
 
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+# how estimate() counts activations: name -> what it counts (the CLI offers these names)
+ACTIVATION_MODELS = {
+    "gputrain": "the tensors our GPT's autograd graph saves, phase by phase (chapter 7)",
+    "korthikanti": "Korthikanti et al.'s per-layer formula for a Megatron GPT",
+}
 
 
 def optimizer_states(optimizer: str) -> int:
@@ -468,8 +473,8 @@ def _check_settings(zero_stage, dp, batch_size, seq_len, activation_model) -> No
     if not isinstance(dp, int) or dp < 1:
         raise ValueError(f"dp (data-parallel degree) must be an integer >= 1, got {dp!r}")
     _check_sizes(batch_size=batch_size, seq_len=seq_len)
-    if activation_model not in ("gputrain", "korthikanti"):
-        raise ValueError(f"activation_model must be 'gputrain' or 'korthikanti', got {activation_model!r}")
+    if activation_model not in ACTIVATION_MODELS:
+        raise ValueError(f"activation_model={activation_model!r} is not one of: {', '.join(ACTIVATION_MODELS)}")
 
 
 def _activations_and_phases(

@@ -20,3 +20,31 @@ def run_cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
+
+
+# The smallest GPT the tests train: a step takes milliseconds on a loaded CPU.
+SMALL_GPT = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=8)
+# A one-round speed ladder on a one-layer GPT.
+TINY_LADDER = dict(
+    n_layer=1,
+    n_embd=32,
+    block_size=32,
+    batch_size=2,
+    big_batch_size=4,
+    steps=1,
+    rounds=1,
+    warmup=1,
+    measured_peak=False,
+)
+
+
+def cli_flags(**fields) -> list[str]:
+    """Config fields as command-line flags: ``n_layer=1`` -> ``--n-layer 1``, ``x=False`` -> ``--no-x``."""
+    out: list[str] = []
+    for name, value in fields.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        else:
+            out += [flag, str(value)]
+    return out

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import TINY_LADDER, cli_flags, run_cli
 
 from gputrain.bench import (
     RUNG_NAMES,
@@ -167,27 +167,7 @@ def test_cli_bench_dry_run_and_bad_flag():
 
 def test_cli_bench_writes_the_table_and_json(tmp_path, capsys):
     out = tmp_path / "ladder.json"
-    flags = [
-        "--n-layer",
-        "1",
-        "--n-embd",
-        "32",
-        "--block-size",
-        "32",
-        "--batch-size",
-        "2",
-        "--big-batch-size",
-        "4",
-        "--steps",
-        "1",
-        "--rounds",
-        "1",
-        "--warmup",
-        "1",
-        "--rungs",
-        "fp32,bf16",
-        "--no-measured-peak",
-    ]
+    flags = cli_flags(**TINY_LADDER, rungs="fp32,bf16")
     code = main(["bench", "--preset", "cpu", "--out", str(out), "--no-loop-overhead", *flags])
     assert code == 0
     printed = capsys.readouterr().out

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import SMALL_GPT, cli_flags, run_cli
 
 from gputrain import optim, schedule
 from gputrain.cli import build_parser
@@ -59,18 +59,7 @@ def test_every_optimizer_name_builds_and_steps(name):
 
 def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
     """Chapter 5's AdamW in the real loop: the same losses as torch.optim.AdamW, step for step."""
-    base = dict(
-        n_layer=1,
-        n_head=2,
-        n_embd=32,
-        block_size=32,
-        batch_size=8,
-        corpus_bytes=30_000,
-        max_steps=8,
-        warmup_steps=2,
-        eval_interval=0,
-        progress=False,
-    )
+    base = dict(**SMALL_GPT, corpus_bytes=30_000, max_steps=8, warmup_steps=2, eval_interval=0, progress=False)
     ours = train(TrainConfig(optimizer="scratch-adamw", **base)).losses
     torchs = train(TrainConfig(optimizer="adamw", **base)).losses
     assert ours == pytest.approx(torchs, rel=1e-5)
@@ -102,36 +91,9 @@ def test_cli_flags_offer_exactly_the_table_names():
 
 def test_the_cli_trains_a_mixture_of_experts_gpt(tmp_path):
     """--n-experts turns every MLP into a DeepSeekMoE layer; the loop nudges the routers' biases."""
-    out = run_cli(
-        "train",
-        "--n-layer",
-        "1",
-        "--n-head",
-        "2",
-        "--n-embd",
-        "32",
-        "--block-size",
-        "32",
-        "--batch-size",
-        "8",
-        "--corpus-bytes",
-        "30000",
-        "--warmup-steps",
-        "0",
-        "--eval-interval",
-        "0",
-        "--max-steps",
-        "3",
-        "--n-experts",
-        "4",
-        "--top-k",
-        "2",
-        "--bias-gamma",
-        "0.01",
-        "--checkpoint-dir",
-        str(tmp_path),
-        "--quiet",
-    )
+    flags = cli_flags(**SMALL_GPT, corpus_bytes=30_000, warmup_steps=0, eval_interval=0, max_steps=3)
+    moe = cli_flags(n_experts=4, top_k=2, bias_gamma=0.01, checkpoint_dir=tmp_path, quiet=True)
+    out = run_cli("train", *flags, *moe)
     assert out.returncode == 0, out.stderr
     model, _ = load_model(tmp_path)
     layers = [m for m in model.modules() if isinstance(m, MoE)]

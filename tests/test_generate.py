@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from helpers import run_cli
+from helpers import SMALL_GPT, run_cli
 
 from gputrain.train import CheckpointError, TrainConfig, evaluate_text, sample, train
 
@@ -11,19 +11,8 @@ from gputrain.train import CheckpointError, TrainConfig, evaluate_text, sample, 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("ckpt")
-    cfg = TrainConfig(
-        n_layer=1,
-        n_head=2,
-        n_embd=32,
-        block_size=32,
-        batch_size=8,
-        corpus_bytes=40_000,
-        max_steps=30,
-        warmup_steps=3,
-        eval_interval=0,
-        progress=False,
-        checkpoint_dir=str(ckpt),
-    )
+    cfg = TrainConfig(**SMALL_GPT, corpus_bytes=40_000, max_steps=30, warmup_steps=3, eval_interval=0,
+                      progress=False, checkpoint_dir=str(ckpt))  # fmt: skip
     return train(cfg), ckpt
 
 

@@ -2,30 +2,13 @@
 
 import pytest
 import torch
-from helpers import run_cli, snapshot
+from helpers import SMALL_GPT, cli_flags, run_cli, snapshot
 
 from gputrain.data import TokenDataset
 from gputrain.model import GPT, GPTConfig
 from gputrain.train import CheckpointError, TrainConfig, train
 
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--block-size",
-    "16",
-    "--batch-size",
-    "4",
-    "--corpus-bytes",
-    "20000",
-    "--warmup-steps",
-    "0",
-    "--eval-interval",
-    "0",
-]
+TINY = cli_flags(**SMALL_GPT, corpus_bytes=20_000, warmup_steps=0, eval_interval=0)
 
 
 @pytest.mark.parametrize("flag", ["--checkpoint-dir", "--log-dir"])

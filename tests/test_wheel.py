@@ -16,54 +16,11 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_GPT, TINY_LADDER, cli_flags
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-head",
-    "2",
-    "--n-embd",
-    "16",
-    "--block-size",
-    "16",
-    "--batch-size",
-    "4",
-    "--corpus-bytes",
-    "20000",
-    "--warmup-steps",
-    "0",
-    "--eval-interval",
-    "0",
-]
-BENCH = [
-    "--preset",
-    "cpu",
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "32",
-    "--block-size",
-    "32",
-    "--batch-size",
-    "2",
-    "--big-batch-size",
-    "4",
-    "--steps",
-    "1",
-    "--rounds",
-    "1",
-    "--warmup",
-    "1",
-    "--rungs",
-    "fp32",
-    "--no-measured-peak",
-    "--loop-overhead",
-    "--loop-steps",
-    "2",
-    "--loop-rounds",
-    "1",
-]
+TINY = cli_flags(**SMALL_GPT, corpus_bytes=20_000, warmup_steps=0, eval_interval=0)
+BENCH = ["--preset", "cpu", *cli_flags(**TINY_LADDER, rungs="fp32", loop_overhead=True, loop_steps=2, loop_rounds=1)]
 
 
 def _git_status() -> str:

@@ -15,6 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
 
 from ..model import GPT, GPTConfig
 from .launch import rank_device
@@ -45,9 +47,6 @@ def ddp_accelerate_step(global_batch: int = 8, seq: int = 16, seed: int = 0) -> 
     Every rank then gathers every rank's gradient: all equal, and equal to one
     process computing the gradient of the whole batch.
     """
-    from accelerate import Accelerator
-    from torch.utils.data import DataLoader, TensorDataset
-
     world, rank = dist.get_world_size(), dist.get_rank()
     if global_batch % world:
         raise ValueError(f"global batch {global_batch} does not split evenly over {world} processes")

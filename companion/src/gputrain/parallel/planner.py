@@ -152,13 +152,8 @@ def memory_per_gpu(
     stage_params = (layers * shape.layer_params + model.vocab_size * model.n_embd) / tp  # + the embedding
     states = estimate(stage_params, zero_stage=zero_stage, dp=dp * cp)  # a count: model states only
     in_flight = min(pp, microbatches)
-    s, b, h, a = model.block_size // cp, micro_batch, model.n_embd, model.n_head
-    if recompute:
-        per_layer = 2 * s * b * h / (tp if sequence_parallel else 1)  # only the layer's input is kept
-    else:
-        per_layer = korthikanti_per_layer(s, b, h, a, tp, sequence_parallel)
-        if flash_attention:
-            per_layer -= 5 * a * s * s * b / tp  # no stored attention matrix
+    s = model.block_size // cp
+    per_layer = _layer_activations(model, s, micro_batch, tp, recompute, sequence_parallel, flash_attention)
     acts = per_layer * layers * in_flight
     return {
         "weights": states.parameters,
@@ -166,6 +161,18 @@ def memory_per_gpu(
         "optimizer (master, m, v)": states.master_weights + states.optimizer_states,
         "activations": acts,
     }
+
+
+def _layer_activations(model, s: int, b: int, tp: int, recompute: bool, sequence_parallel: bool,
+                       flash_attention: bool) -> float:  # fmt: skip
+    """16-bit activation bytes one layer keeps for one micro-batch of ``s`` positions (Korthikanti et al.)."""
+    h, a = model.n_embd, model.n_head
+    if recompute:
+        return 2 * s * b * h / (tp if sequence_parallel else 1)  # only the layer's input is kept
+    per_layer = korthikanti_per_layer(s, b, h, a, tp, sequence_parallel)
+    if flash_attention:
+        per_layer -= 5 * a * s * s * b / tp  # no stored attention matrix
+    return per_layer
 
 
 def moe_memory_per_gpu(
@@ -194,13 +201,8 @@ def moe_memory_per_gpu(
     ``min(p - i, m)`` micro-batches alive, so the first stage is not always
     the fullest: the last holds the head and DeepSeek-V3's MTP module.
     """
-    s, b, h, a = model.block_size // cp, micro_batch, model.n_embd, model.n_head
-    if recompute:
-        per_layer = 2 * s * b * h / (tp if sequence_parallel else 1)
-    else:
-        per_layer = korthikanti_per_layer(s, b, h, a, tp, sequence_parallel)
-        if flash_attention:
-            per_layer -= 5 * a * s * s * b / tp
+    s, b = model.block_size // cp, micro_batch
+    per_layer = _layer_activations(model, s, b, tp, recompute, sequence_parallel, flash_attention)
     per_layer *= get_recipe(precision).activations / 2  # the formula counts 16-bit activations
     best = None
     for stage in range(pp):

@@ -112,70 +112,28 @@ class PrecisionRecipe:
         return self.weights + self.grads + self.master + optimizer_states(optimizer) * self.optimizer_state
 
 
-RECIPES: dict[str, PrecisionRecipe] = {
-    r.name: r
-    for r in (
-        PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
-        PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
-        PrecisionRecipe(
-            "bf16-mixed",
-            2,
-            2,
-            4,
-            4,
-            2,
-            2,
-            note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)",
-        ),
-        PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
-        PrecisionRecipe(
-            "bf16-autocast",
-            4,
-            4,
-            0,
-            4,
-            2,
-            4,
-            weight_cast=2,
-            note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master",
-        ),
-        PrecisionRecipe(
-            "fp16-autocast",
-            4,
-            4,
-            0,
-            4,
-            2,
-            4,
-            weight_cast=2,
-            note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)",
-        ),
-        PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
-        # FP8 (chapter 10)
-        PrecisionRecipe(
-            "fp8-autocast",
-            4,
-            4,
-            0,
-            4,
-            2,
-            4,
-            weight_cast=1,
-            note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')",
-        ),
-        PrecisionRecipe(
-            "fp8-deepseek-v3",
-            1,
-            4,
-            4,
-            2,
-            1,
-            2,
-            note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
-            "FP32 master weights and gradients, BF16 Adam moments",
-        ),
-    )
-}
+# One row per recipe; the columns are weights, grads, master, optimizer_state, activations, residual
+# (bytes per value), as PrecisionRecipe names them.
+# fmt: off
+RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
+    PrecisionRecipe("fp32", 4, 4, 0, 4, 4, 4, note="everything in FP32"),
+    PrecisionRecipe("tf32", 4, 4, 0, 4, 4, 4, note="FP32 storage; tensor cores round matmul inputs to TF32"),
+    PrecisionRecipe("bf16-mixed", 2, 2, 4, 4, 2, 2,
+                    note="16-bit weights, grads, activations; FP32 master + Adam states (ZeRO, Megatron)"),
+    PrecisionRecipe("fp16-mixed", 2, 2, 4, 4, 2, 2, note="as bf16-mixed, plus a loss scale (Micikevicius et al.)"),
+    PrecisionRecipe("bf16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                    note="torch.autocast / Accelerate mixed_precision='bf16': FP32 params are the master"),
+    PrecisionRecipe("fp16-autocast", 4, 4, 0, 4, 2, 4, weight_cast=2,
+                    note="torch.autocast / Accelerate mixed_precision='fp16' (+ GradScaler)"),
+    PrecisionRecipe("bf16-pure", 2, 2, 0, 2, 2, 2, note="everything in BF16, no master (small updates are lost)"),
+    # FP8 (chapter 10)
+    PrecisionRecipe("fp8-autocast", 4, 4, 0, 4, 2, 4, weight_cast=1,
+                    note="FP32 params under bf16 autocast, FP8 copies for the GEMMs (torchao, Accelerate 'fp8')"),
+    PrecisionRecipe("fp8-deepseek-v3", 1, 4, 4, 2, 1, 2,
+                    note="our reading of DeepSeek-V3 §3.3: FP8 GEMM weights and cached activations, "
+                         "FP32 master weights and gradients, BF16 Adam moments"),
+)}
+# fmt: on
 
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
 # how estimate() counts activations: name -> what it counts (the CLI offers these names)

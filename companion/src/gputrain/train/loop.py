@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from ..memory import apply_activation_checkpointing
 from ..model import GPT
+from ..moe import MoE, update_router_biases
 from ..speed import fp32_matmul
 from .checkpoint import (
     Checkpoint,
@@ -326,6 +327,7 @@ class _Run:
         val_loader = DataLoader(
             val_data, batch_size=cfg.batch_size, shuffle=False, generator=torch.Generator().manual_seed(cfg.seed)
         )
+        self.has_moe = any(isinstance(m, MoE) for m in model.modules())  # found once, not every step
         self.model, self.optimizer, train_loader, self.val_loader = accelerator.prepare(
             model, optimizer, train_loader, val_loader
         )
@@ -398,6 +400,8 @@ class _Run:
             micro.append(self.batch_hook(p.step + 1, batch) if self.batch_hook else batch)
         lr = self.scheduler.get_last_lr()[0]
         stats = train_step(self.model, micro, self.optimizer, self.accelerator, cfg.grad_clip, accept=self.guard)
+        if stats.applied and self.has_moe:
+            update_router_biases(self.model)  # aux-loss-free balancing after each applied update (chapter 9)
         step_seconds = time.perf_counter() - t_step
         self.scheduler.step()
         p.step = step = p.step + 1

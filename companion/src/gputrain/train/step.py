@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
-from ..moe import update_router_biases
-
 if TYPE_CHECKING:  # annotations only: the Accelerator is passed in
     from accelerate import Accelerator
 
@@ -58,7 +56,6 @@ def train_step(
     applied = accept(loss_value, norm_value) if accept else math.isfinite(loss_value) and math.isfinite(norm_value)
     if applied:
         optimizer.step()
-        update_router_biases(model)  # MoE's aux-loss-free balancing (chapter 9); nothing for a dense model
     optimizer.zero_grad(set_to_none=True)
     return StepStats(loss_value, norm_value, applied)
 

@@ -3,9 +3,10 @@
 #   make test    run every test: lint, unit tests, every notebook (nbval), the book build, a browser check
 #   make serve   serve _build/html on http://localhost:$(PORT)
 #   make execute run the notebooks in place (store fresh outputs before committing)
+#   make translations  extract the English messages into the Chinese catalogs, print what is untranslated
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute browser-deps vendor clean
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -42,9 +43,15 @@ vendor: setup
 book: vendor
 	$(PY) book/tools/build.py $(if $(filter 1 yes true,$(EXECUTE)),--execute)
 
-# Debian's Chromium for the site check (tests/test_site.py); playwright drives it, never downloads one
+# Debian's Chromium for the site check (tests/test_site.py); playwright drives it, never downloads one.
+# Noto CJK so that the Chinese editions' screenshots show characters, not boxes.
 browser-deps:
-	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
+	@command -v chromium >/dev/null && fc-list 2>/dev/null | grep -q "Noto Sans CJK" || \
+	  { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium fonts-noto-cjk; }
+
+# English changed? New messages land in book/locales/zh_TW/ untranslated; translate them (see README)
+translations: setup
+	$(PY) book/tools/translations.py update
 
 # ruff, with the rules and format in companion/pyproject.toml, over the package, tests and scripts
 LINT_PATHS := companion tests bench book/tools

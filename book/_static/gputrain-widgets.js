@@ -2,10 +2,12 @@
 // manager finds its fonts next to the URL require.js gives its AMD modules;
 // without this mapping that URL is "<page dir>/@jupyter-widgets/...", which
 // does not exist on this site (it would be a CDN on others). The site is
-// offline, so point require.js at the vendored copy, relative to the page.
+// offline, so point require.js at the vendored copy, next to this script: the
+// Chinese editions (zh-tw/, zh-cn/) load this file and the vendored copy from
+// the English site's _static/, which their own content root does not reach.
 require.config({
   paths: {
-    "@jupyter-widgets": (document.documentElement.dataset.content_root || "") + "_static/vendor/@jupyter-widgets",
+    "@jupyter-widgets": new URL("vendor/@jupyter-widgets", document.currentScript.src).href,
   },
 });
 

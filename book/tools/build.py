@@ -1,15 +1,24 @@
-"""Build the website into ``_build/html`` (``make book``).
+"""Build the website into ``_build/html`` (``make book``): English at the root,
+the Traditional and Simplified Chinese editions in ``zh-tw/`` and ``zh-cn/``.
 
-By default the pages are built from the outputs committed in the notebooks,
-which takes about a minute.  ``--execute`` first re-runs the notebooks through
-jupyter-cache, so that only those whose code changed since the last cached
-run execute again.  Warnings are errors: a broken reference, citation or
-glossary term fails the build.
+By default the pages are built from the outputs committed in the notebooks.
+``--execute`` first re-runs the notebooks through jupyter-cache, so that only
+those whose code changed since the last cached run execute again.  Warnings
+are errors: a broken reference, citation or glossary term fails the build.
+
+The Chinese editions are the same pages read through the translation
+catalogs (``book/tools/translations.py``); the Simplified catalogs are
+generated first.  Their copies of the static assets and figures that are
+identical to the English site's are removed and their pages pointed at the
+English copies, so MathJax, the widget manager and every figure exist once.
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,33 +26,50 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from languages import EDITIONS  # noqa: E402
+from translations import BUILD_LOCALES, LOCALES, simplified  # noqa: E402
 from vendor import ROOT, vendor  # noqa: E402
 
 BUILD = ROOT / "_build"
+# what each Chinese edition changes in the configuration
+EDITION_CONFIG = {
+    "zh_TW": {"title": "GPU 如何訓練 AI", "locale_dirs": [str(LOCALES)]},
+    "zh_CN": {"title": "GPU 如何训练 AI", "locale_dirs": [str(BUILD_LOCALES)]},
+}
+ZH_NUMFIG = {"figure": "圖 %s", "table": "表 %s", "code-block": "程式碼 %s", "section": "節"}
+ZH_NUMFIG_CN = {"figure": "图 %s", "table": "表 %s", "code-block": "代码 %s", "section": "节"}
 
 
-def config_path(execute: bool) -> Path:
-    """The book's ``_config.yml``, or a copy of it that executes through jupyter-cache."""
+def config_path(execute: bool, edition: str = "en") -> Path:
+    """The book's ``_config.yml``, or a copy of it for executing or for a Chinese edition."""
     path = ROOT / "_config.yml"
-    if not execute:
+    if not execute and edition == "en":
         return path
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    config["execute"]["execute_notebooks"] = "cache"
-    config["execute"]["cache"] = str(BUILD / ".jupyter_cache")
+    if execute:
+        config["execute"]["execute_notebooks"] = "cache"
+        config["execute"]["cache"] = str(BUILD / ".jupyter_cache")
+    if edition != "en":
+        config["title"] = EDITION_CONFIG[edition]["title"]
+        config["sphinx"]["config"].update(
+            language=EDITIONS[edition][0],
+            locale_dirs=EDITION_CONFIG[edition]["locale_dirs"],
+            gettext_compact=False,
+            numfig_format=ZH_NUMFIG if edition == "zh_TW" else ZH_NUMFIG_CN,
+            gputrain_edition=edition,
+        )
     # Jupyter Book resolves local_extensions against the config file's folder,
     # which for this copy is _build/: make them absolute.
     local = config.get("sphinx", {}).get("local_extensions") or {}
     for name, folder in local.items():
         local[name] = str((ROOT / folder).resolve())
     BUILD.mkdir(exist_ok=True)
-    out = BUILD / "_config_execute.yml"
-    out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    out = BUILD / f"_config_{'execute_' if execute else ''}{edition}.yml"
+    out.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return out
 
 
-def build(execute: bool = False, strict: bool = True, toc: Path = ROOT / "_toc.yml", output: Path = ROOT) -> Path:
-    """Build the pages ``toc`` lists into ``output/_build/html`` and return that folder."""
-    vendor()
+def _command(execute: bool, strict: bool, toc: Path, output: Path, edition: str) -> list[str]:
     cmd = [
         str(Path(sys.executable).with_name("jupyter-book")),
         "build",
@@ -51,23 +77,88 @@ def build(execute: bool = False, strict: bool = True, toc: Path = ROOT / "_toc.y
         "--path-output",
         str(output),
         "--config",
-        str(config_path(execute)),
+        str(config_path(execute, edition)),
         "--toc",
         str(toc),
     ]
-    if strict:
-        cmd += ["-W", "--keep-going"]
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    return output / "_build" / "html"
+    return cmd + (["-W", "--keep-going"] if strict else [])
+
+
+def build(
+    execute: bool = False,
+    strict: bool = True,
+    toc: Path = ROOT / "_toc.yml",
+    output: Path = ROOT,
+    editions: tuple[str, ...] = tuple(EDITIONS),
+) -> Path:
+    """Build the pages ``toc`` lists into ``output/_build/html`` and return that folder.
+
+    English first; then the Chinese editions, two builds side by side, each
+    into its own folder and then moved under the English site.
+    """
+    vendor()
+    subprocess.run(_command(execute, strict, toc, output, "en"), check=True, cwd=ROOT)
+    html = output / "_build" / "html"
+    chinese = [edition for edition in editions if edition != "en"]
+    if "zh_CN" in chinese:
+        simplified()
+    running = {}
+    for edition in chinese:
+        folder = output / "_build" / edition
+        running[edition] = subprocess.Popen(_command(execute, strict, toc, folder, edition), cwd=ROOT)
+    failed = [edition for edition, process in running.items() if process.wait() != 0]
+    if failed:
+        raise subprocess.CalledProcessError(1, f"jupyter-book build ({', '.join(failed)})")
+    for edition in chinese:
+        target = html / EDITIONS[edition][1]
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(output / "_build" / edition / "_build" / "html", target)
+        share_assets(html, EDITIONS[edition][1])
+    return html
+
+
+_ASSET = re.compile(r'((?:src|href)=")((?:\.\./)*)((?:_static|_images)/[^"#?]+)')
+
+
+def share_assets(site: Path, folder: str) -> int:
+    """Remove the files of ``site/folder``'s ``_static`` and ``_images`` that the English site
+    has byte for byte, and point its pages at the English copies.  Returns the bytes saved."""
+    edition = site / folder
+    shared, saved = set(), 0
+    for sub in ("_static", "_images"):
+        for path in sorted((edition / sub).rglob("*")):
+            twin = site / path.relative_to(edition)
+            if path.is_file() and twin.is_file() and filecmp.cmp(path, twin, shallow=False):
+                shared.add(path.relative_to(edition).as_posix())
+                saved += path.stat().st_size
+                path.unlink()
+    for sub in ("_static", "_images"):
+        for path in sorted((edition / sub).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    for page in edition.rglob("*.html"):
+        up = "../" * (len(page.relative_to(edition).parts) - 1)
+
+        def point(match: re.Match, up: str = up) -> str:
+            attr, dots, path = match.groups()
+            return f"{attr}{dots}../{path}" if dots == up and path in shared else match.group(0)
+
+        text = page.read_text(encoding="utf-8")
+        new = _ASSET.sub(point, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    return saved
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--execute", action="store_true", help="re-run changed notebooks (jupyter-cache)")
     parser.add_argument("--no-strict", action="store_true", help="do not turn warnings into errors")
+    parser.add_argument("--english-only", action="store_true", help="build only the English edition")
     args = parser.parse_args()
+    editions = ("en",) if args.english_only else tuple(EDITIONS)
     try:
-        html = build(execute=args.execute, strict=not args.no_strict)
+        html = build(execute=args.execute, strict=not args.no_strict, editions=editions)
     except subprocess.CalledProcessError as exc:
         sys.exit(f"book build failed (exit {exc.returncode}); the warnings above name the file and line")
     print(f"\nThe book is built: open file://{html / 'index.html'}  (or run `make serve`)")

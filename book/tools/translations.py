@@ -231,6 +231,53 @@ def check(folder: Path = TW) -> int:
     return bad
 
 
+def terms(path: Path = CN_SOURCES / "terms.tsv") -> list[tuple[str, str]]:
+    """The committed term table: (Taiwan term, mainland term), longest first."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            taiwan, mainland, *_ = line.split("\t")
+            rows.append((taiwan, mainland))
+    return sorted(rows, key=lambda row: -len(row[0]))
+
+
+def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
+    """Taiwan Traditional -> mainland Simplified: the term table first (its matches are
+    shielded from OpenCC by placeholders), then OpenCC tw2sp for everything else."""
+    pattern = re.compile("|".join(re.escape(t).replace(r"\ ", " ?") for t, _ in table))
+    index = {t.replace(" ", ""): m for t, m in table}
+    found = []
+
+    def shield(match: re.Match) -> str:
+        found.append(index[match.group(0).replace(" ", "")])
+        return f"\ue000{len(found) - 1}\ue001"
+
+    converted = converter.convert(pattern.sub(shield, text))
+    return re.sub("\ue000(\\d+)\ue001", lambda m: found[int(m.group(1))], converted)
+
+
+def simplified(out: Path = BUILD_LOCALES / "zh_CN" / "LC_MESSAGES") -> int:
+    """Write the zh_CN catalogs from the zh_TW ones; return the number of messages converted."""
+    import opencc
+
+    converter = opencc.OpenCC("tw2sp")
+    table = terms()
+    with open(CN_SOURCES / "overrides.po", "rb") as f:
+        overrides = {m.id: m.string for m in read_po(f) if m.id}
+    count = 0
+    for docname, catalog in catalogs(TW).items():
+        for message in catalog:
+            if message.id and message.string and not message.fuzzy:
+                message.string = overrides.get(message.id) or to_simplified(message.string, table, converter)
+                count += 1
+        catalog.locale = "zh_CN"
+        path = out / f"{docname}.po"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            write_po(f, catalog, width=0)
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

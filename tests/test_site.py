@@ -228,3 +228,103 @@ def test_no_built_page_is_heavier_than_the_limit(site):
         text = (site / "chapters" / f"{stem}.html").read_text(encoding="utf-8")
         numbers = re.findall(rf"Figure {n}\.(\d+)", text)
         assert "1" in numbers, f"chapters/{stem}.html shows no 'Figure {n}.1': figure numbering is off"
+
+
+# The Chinese editions (issue 17): zh-tw/ and zh-cn/ beside the English root, one switcher on every page.
+EDITIONS = {"": "en", "zh-tw": "zh-TW", "zh-cn": "zh-CN"}
+CJK = re.compile(r"[\u3400-\u9fff]")
+# the chapter the browser opens in every edition: it has math, figures and widgets
+EDITION_CHAPTER = "chapters/02_forward.html"
+
+
+def _english_pages(site: Path) -> list[str]:
+    skip = {folder for folder in EDITIONS if folder} | {"_static", "_sources", "_images"}
+    return sorted(
+        p.relative_to(site).as_posix() for p in site.rglob("*.html") if p.relative_to(site).parts[0] not in skip
+    )
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_every_page_exists_in_every_edition_in_its_language(site):
+    pages = _english_pages(site)
+    assert len(pages) >= 20
+    for folder, lang in EDITIONS.items():
+        for rel in pages:
+            path = site / folder / rel
+            assert path.exists(), f"{folder}/{rel} is missing"
+            head = path.read_text(encoding="utf-8")[:4000]
+            assert f'<html lang="{lang}"' in head, f"{folder or 'English'} {rel}: wrong or missing <html lang>"
+
+
+def test_the_language_switcher_links_resolve_to_the_same_page(site):
+    link = re.compile(r'<a class="gt-lang-link" href="([^"]+)" hreflang="([^"]+)"')
+    for folder in EDITIONS:
+        for rel in _english_pages(site):
+            page = site / folder / rel
+            found = link.findall(page.read_text(encoding="utf-8"))
+            assert len(found) == 2, f"{folder}/{rel}: {len(found)} switcher links, expected 2"
+            for href, _ in found:
+                target = (page.parent / href).resolve()
+                assert target.exists(), f"{folder}/{rel}: switcher link {href} does not resolve"
+                assert target.as_posix().endswith(rel), f"{folder}/{rel}: {href} is not the same page"
+
+
+def test_the_chinese_editions_share_the_vendored_assets(site):
+    """MathJax, the widget manager and every figure exist once; the site is at most twice the English."""
+    for folder in ("zh-tw", "zh-cn"):
+        assert not (site / folder / "_static" / "vendor").exists(), f"{folder} has its own copy of the vendored scripts"
+        assert not list((site / folder).glob("_images/*.png")), f"{folder} has its own copies of the figures"
+    english = _size(site) - _size(site / "zh-tw") - _size(site / "zh-cn")
+    assert _size(site) <= 2 * english, f"site {_size(site) / 1e6:.0f} MB, English alone {english / 1e6:.0f} MB"
+
+
+def test_one_chapter_in_each_edition_renders_whole(browser, site):
+    """Math typeset, figures loaded, widgets rendered, switcher links answer; on a Chinese page every
+    prose paragraph (not code, not outputs) contains Chinese."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for folder in EDITIONS:
+        rel = f"{folder}/{EDITION_CHAPTER}".lstrip("/")
+        page, blocked, errors = _open(browser, rel)
+        assert _wait_for_math(page) >= 1, f"{rel}: no math typeset"
+        page.wait_for_selector(".jupyter-widgets", timeout=WAIT_MS)
+        images = page.evaluate("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+        assert images and all(images), f"{rel}: {images.count(False)} of {len(images)} images did not load"
+        hrefs = page.evaluate("Array.from(document.querySelectorAll('.gt-languages a')).map(a => a.href)")
+        assert len(hrefs) == 2
+        for href in hrefs:
+            assert page.request.get(href).status == 200, f"{rel}: switcher link {href} does not answer"
+        if folder:
+            paragraphs = page.evaluate(
+                "Array.from(document.querySelectorAll('article p, article li, article figcaption'))"
+                ".filter(p => !p.closest('.cell_output, .output, pre, .highlight, .gt-languages, .jupyter-widgets'))"
+                ".map(p => { const c = p.cloneNode(true);"
+                " c.querySelectorAll('mjx-container, code, .math, cite, .citation').forEach(e => e.remove());"
+                " return c.textContent.trim(); })"
+            )
+            english = [t for t in paragraphs if re.search(r"[A-Za-z]{4,}", t) and not CJK.search(t)]
+            assert not english, f"{rel}: {len(english)} paragraphs without Chinese, first: {english[0][:100]!r}"
+        page.screenshot(path=str(SHOTS / f"{folder or 'en'}-{Path(EDITION_CHAPTER).stem}.png"), full_page=False)
+        assert not blocked, f"{rel}: requests left the site: {blocked}"
+        assert not errors, f"{rel}: {errors}"
+
+
+@pytest.mark.parametrize(
+    "folder, query, chapter",
+    [
+        ("zh-tw", "梯度", "04_backprop"),
+        ("zh-tw", "混合精度", "07_memory_precision"),
+        ("zh-cn", "梯度", "04_backprop"),
+        ("zh-cn", "混合精度", "07_memory_precision"),
+    ],
+)
+def test_chinese_search_finds_the_chapter(browser, folder, query, chapter):
+    """Sphinx's Chinese search (words segmented by jieba) finds the chapter about the word."""
+    page, blocked, errors = _open(browser, f"{folder}/search.html?q={query}")
+    page.wait_for_selector("#search-results ul.search li", timeout=WAIT_MS)
+    found = page.evaluate("Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.href)")
+    assert any(f"chapters/{chapter}.html" in href for href in found), f"{query} in {folder}: {found[:8]}"
+    assert all(f"/{folder}/" in href for href in found), f"{folder}'s search leads out of its edition"
+    assert not errors, errors

@@ -37,7 +37,8 @@ BUILD_LOCALES = ROOT / "_build" / "locales"
 # pages whose docstrings stay English: only the page's own prose is translated
 API_PAGES = ("book/api", "book/api_scaling")
 
-_MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
+# dollar math; an escaped \\$ is a plain dollar sign
+_MATH = re.compile(r"(?<!\\)\$\$.*?(?<!\\)\$\$|(?<!\\)\$[^$\n]+?(?<!\\)\$", re.S)
 _CODE = re.compile(r"`[^`]*`")
 
 

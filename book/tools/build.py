@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from languages import EDITIONS  # noqa: E402
-from translations import BUILD_LOCALES, LOCALES, simplified  # noqa: E402
+from translations import BUILD_LOCALES, LOCALES, search_terms, simplified  # noqa: E402
 from vendor import ROOT, vendor  # noqa: E402
 
 BUILD = ROOT / "_build"
@@ -36,6 +36,8 @@ EDITION_CONFIG = {
     "zh_TW": {"title": "GPU 如何訓練 AI", "locale_dirs": [str(LOCALES)]},
     "zh_CN": {"title": "GPU 如何训练 AI", "locale_dirs": [str(BUILD_LOCALES)]},
 }
+# the toggles of folded cells (myst-nb's "Show code cell source")
+CODE_PROMPTS = {"zh_TW": ("顯示程式碼儲存格", "隱藏程式碼儲存格"), "zh_CN": ("显示代码单元格", "隐藏代码单元格")}
 ZH_NUMFIG = {"figure": "圖 %s", "table": "表 %s", "code-block": "程式碼 %s", "section": "節"}
 ZH_NUMFIG_CN = {"figure": "图 %s", "table": "表 %s", "code-block": "代码 %s", "section": "节"}
 
@@ -57,6 +59,10 @@ def config_path(execute: bool, edition: str = "en") -> Path:
             gettext_compact=False,
             numfig_format=ZH_NUMFIG if edition == "zh_TW" else ZH_NUMFIG_CN,
             gputrain_edition=edition,
+            nb_code_prompt_show=CODE_PROMPTS[edition][0],
+            nb_code_prompt_hide=CODE_PROMPTS[edition][1],
+            # Sphinx's Chinese search segments words with jieba, taught the book's terms
+            html_search_options={"dict": str(search_terms(edition, BUILD_LOCALES / edition / "search_terms.txt"))},
         )
     # Jupyter Book resolves local_extensions against the config file's folder,
     # which for this copy is _build/: make them absolute.

@@ -279,6 +279,24 @@ def simplified(out: Path = BUILD_LOCALES / "zh_CN" / "LC_MESSAGES") -> int:
     return count
 
 
+def search_terms(edition: str, out: Path) -> Path:
+    """A jieba user dictionary of the glossary's Chinese terms, for the edition's search index.
+
+    jieba alone cuts 混合精度 into 混合 / 精度, so a reader searching the whole term finds
+    nothing; with the book's terms in its dictionary the index holds the terms and their parts.
+    The terms come from the glossary's Chinese -> English index (Traditional / Simplified).
+    """
+    text = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8")
+    words = set()
+    for row in re.findall(r"^\| ([^|]+) \|", text.split("## Chinese", 1)[-1], re.M):
+        forms = [form.strip() for form in row.split(" / ")]
+        form = forms[0] if edition == "zh_TW" else forms[-1]
+        words.update(part for part in form.split() if _CJK.search(part))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(f"{word} 100000\n" for word in sorted(words)), encoding="utf-8")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

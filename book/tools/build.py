@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from languages import EDITIONS  # noqa: E402
-from translations import BUILD_LOCALES, LOCALES, search_terms, simplified  # noqa: E402
+from translations import BUILD_LOCALES, LOCALES, catalogs, search_terms, simplified  # noqa: E402
 from vendor import ROOT, vendor  # noqa: E402
 
 BUILD = ROOT / "_build"
@@ -111,7 +111,8 @@ def build(
     running = {}
     for edition in chinese:
         folder = output / "_build" / edition
-        running[edition] = subprocess.Popen(_command(execute, strict, toc, folder, edition), cwd=ROOT)
+        command = _command(execute, strict, translated_toc(toc, edition), folder, edition)
+        running[edition] = subprocess.Popen(command, cwd=ROOT)
     failed = [edition for edition, process in running.items() if process.wait() != 0]
     if failed:
         raise subprocess.CalledProcessError(1, f"jupyter-book build ({', '.join(failed)})")
@@ -121,6 +122,22 @@ def build(
         shutil.copytree(output / "_build" / edition / "_build" / "html", target)
         share_assets(html, EDITIONS[edition][1])
     return html
+
+
+def translated_toc(toc: Path, edition: str) -> Path:
+    """A copy of the table of contents whose part captions ("The loop") are in the edition's
+    language: sphinx-external-toc adds the captions after Sphinx has translated the page."""
+    config = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    folder = LOCALES / "zh_TW" if edition == "zh_TW" else BUILD_LOCALES / "zh_CN"
+    root = catalogs(folder / "LC_MESSAGES").get(config["root"])
+    for part in config.get("parts") or []:
+        message = root.get(part.get("caption", "")) if root else None
+        if message is not None and message.string:
+            part["caption"] = message.string
+    BUILD.mkdir(exist_ok=True)
+    out = BUILD / f"_toc_{edition}.yml"
+    out.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return out
 
 
 _ASSET = re.compile(r'((?:src|href)=")((?:\.\./)*)((?:_static|_images)/[^"#?]+)')

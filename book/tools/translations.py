@@ -104,7 +104,8 @@ def extract(out: Path) -> dict[str, Catalog]:
                     continue
                 if docname in API_PAGES and not _from_page(message, docname):
                     continue
-                catalog.add(message.id)
+                # babel flags a "10%" as a Python format string; this is prose, not a format
+                catalog.add(message.id).flags.discard("python-format")
             templates[docname] = catalog
     out.mkdir(parents=True, exist_ok=True)
     for docname, catalog in templates.items():
@@ -254,7 +255,17 @@ def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
         return f"\ue000{len(found) - 1}\ue001"
 
     converted = converter.convert(pattern.sub(shield, text))
-    return re.sub("\ue000(\\d+)\ue001", lambda m: found[int(m.group(1))], converted)
+    converted = re.sub("\ue000(\\d+)\ue001", lambda m: found[int(m.group(1))], converted)
+    # a "Traditional / Simplified" pair (the glossary's) is one word once both are Simplified
+    converted = _PAIR.sub(lambda m: m.group(1) if _CJK.search(m.group(1)) else m.group(0), converted)
+    # mainland quotation marks
+    return converted.translate(_QUOTES)
+
+
+_EDGE = "\\s（）()「」『』，。；：、"
+_WORD = rf"[^{_EDGE}/]+"
+_PAIR = re.compile(rf"(?<![^{_EDGE}])((?:{_WORD} )?{_WORD}) / \1(?![^{_EDGE}])")
+_QUOTES = str.maketrans({"「": "“", "」": "”", "『": "‘", "』": "’"})
 
 
 def simplified(out: Path = BUILD_LOCALES / "zh_CN" / "LC_MESSAGES") -> int:

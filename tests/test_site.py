@@ -339,3 +339,30 @@ def test_chinese_search_finds_the_chapter(browser, folder, query, chapter):
     assert any(f"chapters/{chapter}.html" in href for href in found), f"{query} in {folder}: {found[:8]}"
     assert all(f"/{folder}/" in href for href in found), f"{folder}'s search leads out of its edition"
     assert not errors, errors
+
+
+def test_every_prose_paragraph_of_the_chinese_editions_is_in_chinese(site):
+    """Every heading, paragraph, list item and caption of every Chinese page contains Chinese, outside
+    code, outputs and math; what stays English on purpose is named: a term copied unchanged in its
+    catalog (FlashAttention), the glossary index's English column, and the API pages' docstrings."""
+    from bs4 import BeautifulSoup
+    from translations import catalogs
+
+    kept = {m.id for c in catalogs().values() for m in c if m.id and m.string == m.id}
+    outside = ".cell_output, .output, pre, .highlight, .gt-languages, .jupyter-widgets, .citation, .bibliography"
+    english = []
+    for folder in ("zh-tw", "zh-cn"):
+        for rel in _english_pages(site):
+            if rel in ("genindex.html", "search.html", "book/api.html", "book/api_scaling.html"):
+                continue
+            article = BeautifulSoup((site / folder / rel).read_text(encoding="utf-8"), "html.parser").article
+            skip = {id(e) for block in article.select(outside) for e in block.descendants}
+            for element in article.select("p, li, figcaption, h1, h2, h3, h4, dt, th"):
+                if id(element) in skip or element.find_parent("td") and element.select("a[href*='#term-']"):
+                    continue
+                for e in element.select(".math, code, a.headerlink"):
+                    e.decompose()
+                text = " ".join(element.get_text(" ").split())
+                if re.search(r"[A-Za-z]{4,}", text) and not CJK.search(text) and text not in kept:
+                    english.append(f"{folder}/{rel}: {text[:80]!r}")
+    assert not english, f"{len(english)} paragraphs without Chinese, first: {english[:5]}"

@@ -122,6 +122,19 @@ def _merge(pot_dir: Path) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
+def _strip_format_flags() -> None:
+    """babel flags a message with "10%" as a Python format string on every read; these are prose."""
+    for po in TW.rglob("*.po"):
+        with open(po, "rb") as f:
+            catalog = read_po(f)
+        flagged = [m for m in catalog if "python-format" in m.flags]
+        for message in flagged:
+            message.flags.discard("python-format")
+        if flagged:
+            with open(po, "wb") as f:
+                write_po(f, catalog, width=0)
+
+
 def update(pot_dir: Path, pages: list[str] | None = None) -> None:
     """Merge the templates into the zh_TW catalogs (sphinx-intl keeps translations, marks changes fuzzy).
 
@@ -136,6 +149,7 @@ def update(pot_dir: Path, pages: list[str] | None = None) -> None:
             _merge(Path(tmp))
         return
     _merge(pot_dir)
+    _strip_format_flags()
     # sphinx-intl keeps catalogs of pages that no longer exist; drop them
     wanted = {p.relative_to(pot_dir).with_suffix(".po") for p in pot_dir.rglob("*.pot")}
     for po in TW.rglob("*.po"):

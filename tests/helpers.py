@@ -1,9 +1,30 @@
 """Helpers shared by several test files (tests/ is on sys.path via pytest.ini's pythonpath)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# a Chinese character (CJK Unified Ideographs and Extension A)
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def toc_docnames() -> list[str]:
+    """The book's pages in table-of-contents order: the root, then every file of every part."""
+
+    def files(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                yield entry["file"]
+            yield from files(entry.get("sections"))
+            yield from files(entry.get("chapters"))
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [toc["root"], *files(toc.get("parts")), *files(toc.get("chapters"))]
 
 
 def snapshot(root: Path) -> dict:

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import CJK, toc_docnames
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -36,7 +37,6 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 # The four source articles, as the fact check names them (book/fact_check.md lists them with citations)
 ARTICLES = ("《GPU怎麼訓練AI》", "gradient-descent article", "《训练：AI的天价减法课》", "secret-war article")
 
-CJK = re.compile(r"[\u3400-\u9fff]")
 TERM = re.compile(r"\{term\}`([^`\n]+)`")
 CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`\n]+)`")
 
@@ -55,12 +55,11 @@ def markdown_of(path: Path) -> str:
 def pages() -> dict[str, str]:
     """Every page of the book's table of contents, by path relative to the root."""
     found = {}
-    for entry in re.findall(r"file:\s*(\S+)", (ROOT / "_toc.yml").read_text(encoding="utf-8")):
+    for entry in toc_docnames():
         for suffix in (".md", ".ipynb"):
             path = ROOT / f"{entry}{suffix}"
             if path.exists():
                 found[f"{entry}{suffix}"] = markdown_of(path)
-    found["book/intro.md"] = markdown_of(BOOK / "intro.md")
     return found
 
 

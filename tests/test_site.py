@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import CJK, toc_docnames
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -232,25 +233,13 @@ def test_no_built_page_is_heavier_than_the_limit(site):
 
 # The Chinese editions (issue 17): zh-tw/ and zh-cn/ beside the English root, one switcher on every page.
 EDITIONS = {"": "en", "zh-tw": "zh-TW", "zh-cn": "zh-CN"}
-CJK = re.compile(r"[\u3400-\u9fff]")
 # the chapter the browser opens in every edition: it has math, figures and widgets
 EDITION_CHAPTER = "chapters/02_forward.html"
 
 
 def _english_pages(site: Path) -> list[str]:
     """The pages the table of contents lists, plus Sphinx's own (index, search): not stale files."""
-    import yaml
-
-    def files(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                yield entry["file"]
-            yield from files(entry.get("sections"))
-            yield from files(entry.get("chapters"))
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    docnames = [toc["root"], *files(toc.get("parts")), *files(toc.get("chapters"))]
-    return sorted(f"{name}.html" for name in docnames) + ["genindex.html", "search.html"]
+    return sorted(f"{name}.html" for name in toc_docnames()) + ["genindex.html", "search.html"]
 
 
 def _size(folder: Path) -> int:

@@ -9,18 +9,16 @@ generated from the Traditional ones (OpenCC plus the committed term table).
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import CJK
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "tools"))
 
 import translations as T  # noqa: E402
-
-CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 @pytest.fixture(scope="module")

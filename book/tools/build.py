@@ -27,19 +27,29 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from languages import EDITIONS  # noqa: E402
-from translations import BUILD_LOCALES, LOCALES, catalogs, search_terms, simplified  # noqa: E402
+from translations import BUILD_LOCALES, messages_dir, read_catalog, search_terms, simplified, simplifier  # noqa: E402
 from vendor import ROOT, vendor  # noqa: E402
 
 BUILD = ROOT / "_build"
-# what each Chinese edition changes in the configuration
-EDITION_CONFIG = {
-    "zh_TW": {"title": "GPU 如何訓練 AI", "locale_dirs": [str(LOCALES)]},
-    "zh_CN": {"title": "GPU 如何训练 AI", "locale_dirs": [str(BUILD_LOCALES)]},
+# What the Chinese editions say where Sphinx and myst-nb would print English: the book's
+# title, figure numbers ("圖 3.1") and the toggles of folded cells. Written once, in
+# Traditional Chinese; the Simplified edition converts them as it converts the catalogs.
+ZH_TEXT = {
+    "title": "GPU 如何訓練 AI",
+    "numfig_format": {"figure": "圖 %s", "table": "表 %s", "code-block": "程式碼 %s", "section": "節"},
+    "nb_code_prompt_show": "顯示程式碼儲存格",
+    "nb_code_prompt_hide": "隱藏程式碼儲存格",
 }
-# the toggles of folded cells (myst-nb's "Show code cell source")
-CODE_PROMPTS = {"zh_TW": ("顯示程式碼儲存格", "隱藏程式碼儲存格"), "zh_CN": ("显示代码单元格", "隐藏代码单元格")}
-ZH_NUMFIG = {"figure": "圖 %s", "table": "表 %s", "code-block": "程式碼 %s", "section": "節"}
-ZH_NUMFIG_CN = {"figure": "图 %s", "table": "表 %s", "code-block": "代码 %s", "section": "节"}
+
+
+def edition_text(edition: str) -> dict:
+    """``ZH_TEXT`` in the edition's script."""
+    if edition == "zh_TW":
+        return ZH_TEXT
+    convert = simplifier()
+    return {
+        key: convert(v) if isinstance(v, str) else {k: convert(x) for k, x in v.items()} for key, v in ZH_TEXT.items()
+    }
 
 
 def config_path(execute: bool, edition: str = "en") -> Path:
@@ -52,15 +62,17 @@ def config_path(execute: bool, edition: str = "en") -> Path:
         config["execute"]["execute_notebooks"] = "cache"
         config["execute"]["cache"] = str(BUILD / ".jupyter_cache")
     if edition != "en":
-        config["title"] = EDITION_CONFIG[edition]["title"]
+        text = edition_text(edition)
+        config["title"] = text["title"]
         config["sphinx"]["config"].update(
             language=EDITIONS[edition][0],
-            locale_dirs=EDITION_CONFIG[edition]["locale_dirs"],
+            # Sphinx reads <locale_dir>/<language>/LC_MESSAGES/
+            locale_dirs=[str(messages_dir(edition).parents[1])],
             gettext_compact=False,
-            numfig_format=ZH_NUMFIG if edition == "zh_TW" else ZH_NUMFIG_CN,
+            numfig_format=text["numfig_format"],
+            nb_code_prompt_show=text["nb_code_prompt_show"],
+            nb_code_prompt_hide=text["nb_code_prompt_hide"],
             gputrain_edition=edition,
-            nb_code_prompt_show=CODE_PROMPTS[edition][0],
-            nb_code_prompt_hide=CODE_PROMPTS[edition][1],
             # Sphinx's Chinese search segments words with jieba, taught the book's terms
             html_search_options={"dict": str(search_terms(edition, BUILD_LOCALES / edition / "search_terms.txt"))},
         )
@@ -128,10 +140,10 @@ def translated_toc(toc: Path, edition: str) -> Path:
     """A copy of the table of contents whose part captions ("The loop") are in the edition's
     language: sphinx-external-toc adds the captions after Sphinx has translated the page."""
     config = yaml.safe_load(toc.read_text(encoding="utf-8"))
-    folder = LOCALES / "zh_TW" if edition == "zh_TW" else BUILD_LOCALES / "zh_CN"
-    root = catalogs(folder / "LC_MESSAGES").get(config["root"])
+    root = messages_dir(edition) / f"{config['root']}.po"
+    translations = read_catalog(root) if root.exists() else {}
     for part in config.get("parts") or []:
-        message = root.get(part.get("caption", "")) if root else None
+        message = translations.get(part.get("caption", ""))
         if message is not None and message.string:
             part["caption"] = message.string
     BUILD.mkdir(exist_ok=True)

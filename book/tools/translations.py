@@ -17,6 +17,7 @@ OpenCC misses) and the per-message overrides ``book/locales/zh_CN/overrides.po``
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import subprocess
 import sys
@@ -96,8 +97,7 @@ def extract(out: Path) -> dict[str, Catalog]:
         templates = {}
         for pot in sorted((tmp / "_build" / "gettext").rglob("*.pot")):
             docname = pot.relative_to(tmp / "_build" / "gettext").with_suffix("").as_posix()
-            with open(pot, "rb") as f:
-                source = read_po(f)
+            source = read_catalog(pot)
             catalog = Catalog(project="How a GPU Trains AI", fuzzy=False)
             for message in source:
                 if not message.id or not needs_translation(message.id):
@@ -107,12 +107,8 @@ def extract(out: Path) -> dict[str, Catalog]:
                 # babel flags a "10%" as a Python format string; this is prose, not a format
                 catalog.add(message.id).flags.discard("python-format")
             templates[docname] = catalog
-    out.mkdir(parents=True, exist_ok=True)
     for docname, catalog in templates.items():
-        path = out / f"{docname}.pot"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            write_po(f, catalog, width=0, omit_header=False)
+        write_catalog(out / f"{docname}.pot", catalog)
     return templates
 
 
@@ -125,14 +121,12 @@ def _merge(pot_dir: Path) -> None:
 def _strip_format_flags() -> None:
     """babel flags a message with "10%" as a Python format string on every read; these are prose."""
     for po in TW.rglob("*.po"):
-        with open(po, "rb") as f:
-            catalog = read_po(f)
+        catalog = read_catalog(po)
         flagged = [m for m in catalog if "python-format" in m.flags]
         for message in flagged:
             message.flags.discard("python-format")
         if flagged:
-            with open(po, "wb") as f:
-                write_po(f, catalog, width=0)
+            write_catalog(po, catalog)
 
 
 def update(pot_dir: Path, pages: list[str] | None = None) -> None:
@@ -161,11 +155,25 @@ def update(pot_dir: Path, pages: list[str] | None = None) -> None:
 
 def catalogs(folder: Path = TW) -> dict[str, Catalog]:
     """The catalogs under ``folder``, by docname."""
-    out = {}
-    for po in sorted(folder.rglob("*.po")):
-        with open(po, "rb") as f:
-            out[po.relative_to(folder).with_suffix("").as_posix()] = read_po(f)
-    return out
+    return {po.relative_to(folder).with_suffix("").as_posix(): read_catalog(po) for po in sorted(folder.rglob("*.po"))}
+
+
+def read_catalog(path: Path) -> Catalog:
+    """One catalog file."""
+    with open(path, "rb") as f:
+        return read_po(f)
+
+
+def write_catalog(path: Path, catalog: Catalog) -> None:
+    """Write a catalog as the committed ones are written: one line per message, no wrapping."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        write_po(f, catalog, width=0)
+
+
+def messages_dir(edition: str) -> Path:
+    """Where an edition's catalogs are: committed for zh_TW, generated under _build/ for zh_CN."""
+    return TW if edition == "zh_TW" else BUILD_LOCALES / edition / "LC_MESSAGES"
 
 
 def untranslated(catalog: Catalog) -> list[str]:
@@ -257,11 +265,17 @@ def terms(path: Path = CN_SOURCES / "terms.tsv") -> list[tuple[str, str]]:
     return sorted(rows, key=lambda row: -len(row[0]))
 
 
+@functools.lru_cache(maxsize=4)
+def _shield(table: tuple[tuple[str, str], ...]) -> tuple[re.Pattern, dict[str, str]]:
+    """The table's terms as one pattern (a space in a term is optional), and term -> mainland term."""
+    pattern = re.compile("|".join(re.escape(t).replace(r"\ ", " ?") for t, _ in table))
+    return pattern, {t.replace(" ", ""): m for t, m in table}
+
+
 def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
     """Taiwan Traditional -> mainland Simplified: the term table first (its matches are
     shielded from OpenCC by placeholders), then OpenCC tw2sp for everything else."""
-    pattern = re.compile("|".join(re.escape(t).replace(r"\ ", " ?") for t, _ in table))
-    index = {t.replace(" ", ""): m for t, m in table}
+    pattern, index = _shield(tuple(table))
     found = []
 
     def shield(match: re.Match) -> str:
@@ -276,6 +290,14 @@ def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
     return converted.translate(_QUOTES)
 
 
+def simplifier():
+    """``to_simplified`` with OpenCC's tw2sp and the committed term table: text -> text."""
+    import opencc
+
+    converter, table = opencc.OpenCC("tw2sp"), terms()
+    return lambda text: to_simplified(text, table, converter)
+
+
 _EDGE = "\\s（）()「」『』，。；：、"
 _WORD = rf"[^{_EDGE}/]+"
 _PAIR = re.compile(rf"(?<![^{_EDGE}])((?:{_WORD} )?{_WORD}) / \1(?![^{_EDGE}])")
@@ -284,23 +306,16 @@ _QUOTES = str.maketrans({"「": "“", "」": "”", "『": "‘", "』": "’"}
 
 def simplified(out: Path = BUILD_LOCALES / "zh_CN" / "LC_MESSAGES") -> int:
     """Write the zh_CN catalogs from the zh_TW ones; return the number of messages converted."""
-    import opencc
-
-    converter = opencc.OpenCC("tw2sp")
-    table = terms()
-    with open(CN_SOURCES / "overrides.po", "rb") as f:
-        overrides = {m.id: m.string for m in read_po(f) if m.id}
+    convert = simplifier()
+    overrides = {m.id: m.string for m in read_catalog(CN_SOURCES / "overrides.po") if m.id}
     count = 0
     for docname, catalog in catalogs(TW).items():
         for message in catalog:
             if message.id and message.string and not message.fuzzy:
-                message.string = overrides.get(message.id) or to_simplified(message.string, table, converter)
+                message.string = overrides.get(message.id) or convert(message.string)
                 count += 1
         catalog.locale = "zh_CN"
-        path = out / f"{docname}.po"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            write_po(f, catalog, width=0)
+        write_catalog(out / f"{docname}.po", catalog)
     return count
 
 

@@ -6,7 +6,7 @@
 #   make translations  extract the English messages into the Chinese catalogs, print what is untranslated
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -61,6 +61,10 @@ lint: setup
 
 test: vendor browser-deps lint
 	$(PY) -m pytest -c tests/pytest.ini --rootdir=. tests $(NB) $(PYTEST_ARGS)
+
+# the notebooks alone, failing any that runs over its 3-minute budget (make test only reports the times)
+bench-notebooks: setup
+	GPUTRAIN_ENFORCE_NOTEBOOK_LIMIT=1 $(PY) -m pytest -c tests/pytest.ini --rootdir=. $(NB) $(PYTEST_ARGS)
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

@@ -150,3 +150,13 @@ def test_time_shares_put_matmuls_below_their_flop_share():
     assert torch.get_num_threads() == threads and abs(sum(times.values()) - 1) < 1e-9
     assert "aten.addmm" in times and set(times) >= {"aten.gelu"}
     assert 0 < matmul_fraction(times) < 1 and matmul_fraction(flops.shares()) == flops.matmul_share() > 0.9
+
+
+def test_native_bf16_is_measured_once_and_reported():
+    from gputrain.speed import BF16_SLOW_FACTOR, native_bf16
+
+    first = native_bf16("cpu")
+    assert first is native_bf16("cpu")  # cached: measured once per process
+    assert first.slowdown > 0
+    assert first.native == (first.slowdown < BF16_SLOW_FACTOR)
+    assert ("native" in str(first)) and f"{first.slowdown:.1f}x" in str(first)

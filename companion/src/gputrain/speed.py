@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
 import sys
@@ -199,6 +200,49 @@ def copy_bandwidth(nbytes: int = 1 << 28, dev: Optional[torch.device] = None) ->
     dst = torch.empty_like(src)
     seconds = median_seconds(lambda: dst.copy_(src), dev=dev)
     return 2 * src.numel() * 4 / seconds
+
+
+@dataclass(frozen=True)
+class Bf16Support:
+    """Whether this device multiplies bf16 matrices natively, and how much slower than fp32 it is."""
+
+    native: bool
+    slowdown: float  # time of a bf16 product / time of the same fp32 product (1.0 on GPUs: not measured)
+    reason: str  # one line for logs and warnings
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+BF16_SLOW_FACTOR = 4.0  # a bf16 product this many times slower than fp32 is emulated in software
+
+
+@functools.lru_cache(maxsize=None)
+def native_bf16(dev_type: Optional[str] = None, n: int = 256) -> Bf16Support:
+    """Measure once whether bf16 matrix products are native here (chapter 7, appendix "Making it fast").
+
+    A CUDA GPU reports it (``torch.cuda.is_bf16_supported``).  On a CPU the
+    answer is measured, not guessed from CPU flags: an ``n x n`` bf16 product is
+    timed against the fp32 one.  CPUs without AVX-512 BF16, AMX or ARM's BF16
+    instructions convert every operand in software, measured at 75x slower than
+    fp32 on an AVX2-only AMD EPYC; such a CPU reports ``native=False`` and
+    chapters emulate bf16 rounding in fp32 instead of running bf16 products.
+    """
+    kind = dev_type or device().type
+    if kind == "cuda":
+        ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return Bf16Support(ok, 1.0, f"bf16 {'native' if ok else 'not supported'} on {device_name()}")
+    gen = torch.Generator().manual_seed(0)
+    a32 = torch.randn(n, n, generator=gen)
+    b32 = torch.randn(n, n, generator=gen)
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    with cpu_threads(1):
+        t32 = median_seconds(lambda: a32 @ b32, repeats=3, dev=torch.device("cpu"))
+        t16 = median_seconds(lambda: a16 @ b16, repeats=3, dev=torch.device("cpu"))
+    slowdown = t16 / t32
+    native = slowdown < BF16_SLOW_FACTOR
+    verdict = "native" if native else "emulated in software"
+    return Bf16Support(native, slowdown, f"bf16 matmul {verdict} on this CPU ({slowdown:.1f}x the fp32 time at {n}^2)")
 
 
 def tokens_per_second(tokens: int, seconds: float) -> float:

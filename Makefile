@@ -14,6 +14,9 @@ PY := $(VENV)/bin/python
 # torch is installed only if absent. Here a CPU build of 2.13.0 lies on disk; a bare
 # `torch` would pull a multi-GB CUDA build. On a GPU machine: make setup TORCH=torch
 TORCH ?= torch==2.13.0
+# Triton for chapter 11's kernels: the version torch 2.13's CUDA build pins. The CPU build of torch
+# does not pull it in, and its interpreter needs numpy, which Triton does not declare. Linux only.
+TRITON ?= triton==3.7.1
 EXECUTE ?= 0
 PORT ?= 8000
 NB ?= chapters/*.ipynb book/*.ipynb
@@ -30,6 +33,7 @@ $(PY):
 
 $(VENV)/.installed: $(PY) companion/pyproject.toml
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH)"
+	@[ "$$(uname -s)" != Linux ] || $(PY) -c "import triton, numpy" 2>/dev/null || $(PY) -m pip install "$(TRITON)" numpy
 	$(PY) -m pip install -e "companion[book]"
 	@touch $@
 

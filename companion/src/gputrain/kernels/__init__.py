@@ -1,0 +1,44 @@
+"""Triton kernels of chapter 11, "Inside the chip": one module per kernel, run on any machine.
+
+On a CUDA GPU they compile for real; without one, Triton's interpreter runs the
+same source on the CPU (:mod:`.launch`).  Every kernel can count the bytes it
+requests from memory (:class:`Traffic`), so the chapter measures traffic
+where it cannot measure speed.
+
+======================  ==========================================================
+``add``                 vector add: program ids, blocks, masks
+``softmax``             row softmax, fused (one kernel) and unfused (five)
+``matmul``              naive and tiled matmul; fp32, fp16, bf16, FP8 codes
+``attention``           FlashAttention forward and backward (online softmax)
+``fp8_gemm``            DeepSeek-V3's block-scaled FP8 GEMM with FP32 promotion
+======================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from .add import add
+from .checks import KernelInputError
+from .launch import HAVE_TRITON, KernelUnavailable, interpreted, kernel_device, launch, mode
+from .matmul import largest_square_tile, matmul, naive_matmul, tile_smem_bytes, tiled_read_bytes
+from .softmax import softmax, softmax_unfused
+from .traffic import Bytes, Traffic
+
+__all__ = [
+    "HAVE_TRITON",
+    "Bytes",
+    "KernelInputError",
+    "KernelUnavailable",
+    "Traffic",
+    "add",
+    "interpreted",
+    "kernel_device",
+    "largest_square_tile",
+    "launch",
+    "matmul",
+    "mode",
+    "naive_matmul",
+    "softmax",
+    "softmax_unfused",
+    "tile_smem_bytes",
+    "tiled_read_bytes",
+]

@@ -184,3 +184,22 @@ def test_without_triton_gputrain_imports_and_a_kernel_says_why(tmp_path):
 def test_empty_inner_dimension_is_a_sum_of_nothing():
     assert torch.equal(matmul(randn(3, 0), randn(0, 4)), torch.zeros(3, 4, device=DEV))
     assert torch.equal(naive_matmul(randn(3, 0), randn(0, 4)), torch.zeros(3, 4, device=DEV))
+
+
+def test_show_prints_a_kernels_python_source(capsys, monkeypatch):
+    import builtins
+
+    import gputrain as gt
+    from gputrain.kernels.add import add_kernel
+
+    real_import = builtins.__import__
+
+    def no_ipython(name, *args, **kwargs):  # plain Python: show() prints
+        if name.startswith("IPython"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ipython)
+    gt.show(add_kernel)
+    out = capsys.readouterr().out
+    assert out.startswith("@triton.jit\ndef add_kernel(") and "tl.program_id" in out

@@ -22,8 +22,8 @@ __all__ = ["__version__", "info", "info_line", "pick", "preset", "show"]
 
 
 def show(obj) -> None:
-    """Display the source code of a gputrain function, class or module."""
-    source = inspect.getsource(obj)
+    """Display the source code of a gputrain function, class or module (a Triton kernel shows its Python source)."""
+    source = inspect.getsource(getattr(obj, "fn", obj))  # triton.jit wraps the function; .fn is the source
     try:
         from IPython.display import Code, display
 

@@ -203,3 +203,26 @@ def test_show_prints_a_kernels_python_source(capsys, monkeypatch):
     gt.show(add_kernel)
     out = capsys.readouterr().out
     assert out.startswith("@triton.jit\ndef add_kernel(") and "tl.program_id" in out
+
+
+def test_triton_imported_first_is_either_fixed_or_named(tmp_path):
+    """torch.compile imports triton.language; the interpreter must already be on by then."""
+    import subprocess
+    import sys
+
+    after_gputrain = (
+        "import gputrain, torch\n"
+        "import triton.language  # as torch.compile does on a CPU\n"
+        "import gputrain.kernels as k\nprint(k.add(torch.ones(3), torch.ones(3)).tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", after_gputrain], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[2.0, 2.0, 2.0]"
+    if torch.cuda.is_available():
+        return
+    before_gputrain = (
+        "import os; os.environ['TRITON_INTERPRET'] = '0'\nimport triton.language, torch\n"
+        "import gputrain.kernels as k\n"
+        "try:\n    k.add(torch.ones(3), torch.ones(3))\nexcept k.KernelUnavailable as e:\n    print('REFUSED', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", before_gputrain], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("REFUSED triton was imported before gputrain.kernels") and "TRITON_INTERPRET=1" in out

@@ -13,8 +13,16 @@ see the code a chapter runs without leaving the notebook.
 from __future__ import annotations
 
 import inspect
+import os
+
+import torch
 
 from .device import info, info_line, package_version, pick, preset
+
+# Chapter 11's Triton kernels run in Triton's interpreter where there is no GPU to compile for. The switch
+# must be on before triton.language is first imported (torch.compile imports it too), so it is set here.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 __version__ = package_version()  # from the installed package's metadata (companion/pyproject.toml)
 

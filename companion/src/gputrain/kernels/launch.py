@@ -32,11 +32,19 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import sys
 from typing import Any, Callable
 
 import torch
 
 INTERPRET_ENV = "TRITON_INTERPRET"
+# Triton decorates its own library functions (tl.sum, tl.max, ...) when triton.language is imported:
+# imported before the interpreter was switched on, they are GPU-only and no interpreted kernel can use them.
+_TOO_LATE = (
+    not torch.cuda.is_available()
+    and "triton.language" in sys.modules
+    and os.environ.get(INTERPRET_ENV, "0") in ("", "0")
+)
 if not torch.cuda.is_available():  # nothing to compile for: the interpreter must be on before the kernels are defined
     os.environ[INTERPRET_ENV] = "1"
 
@@ -83,6 +91,14 @@ except ImportError as exc:  # macOS and Windows have no Triton wheel
             raise KernelUnavailable(WHY_NOT)
 
     triton = tl = _Stand()  # type: ignore[assignment]
+
+
+if HAVE_TRITON and _TOO_LATE:
+    HAVE_TRITON = False
+    WHY_NOT = (
+        "triton was imported before gputrain.kernels on a machine without CUDA, so its interpreter is off; "
+        f"import gputrain.kernels first, or set {INTERPRET_ENV}=1 before importing triton"
+    )
 
 
 def check_available() -> None:

@@ -13,7 +13,8 @@
 #                    three torch.compile builds); its own cap stops it early and it
 #                    writes its JSON after every rung and round, so a cut keeps data
 #   3. bench/gpu/*   matmul, chunked_loss, memory_check, fp8_gemm,          ~20-60 s each
-#                    data_pipeline, nccl_allreduce (2+ GPUs only), then any other script
+#                    data_pipeline, kernels (chapter 11's Triton kernels against torch),
+#                    nccl_allreduce (2+ GPUs only), then any other script
 #   4. pytest-gpu    the unit tests marked `gpu` (whatever time is left)    ~40-90 s
 # A failing step is recorded and the next one runs.  The GPU is never reset or
 # reconfigured.  What comes back (at most 4 files):
@@ -36,7 +37,7 @@ export PYTHONUNBUFFERED=1 MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 unset GPUTRAIN_PRESET  # the GPU decides: preset "gpu"
 
 # Scripts in bench/gpu/ in this order first (cheap and most used), then any others.
-ORDER="matmul chunked_loss memory_check fp8_gemm data_pipeline nccl_allreduce"
+ORDER="matmul chunked_loss memory_check fp8_gemm data_pipeline kernels nccl_allreduce"
 SCRIPT_CAP=75      # seconds per bench/gpu script (each is written to take under 60; two get more below)
 PYTEST_CAP=120
 LADDER_CAP=270
@@ -139,6 +140,7 @@ for f in $(scripts); do
     case $name in
         fp8_gemm) cap=100 ;;      # four parts, the last a 0.6 B-parameter GPT in three precisions
         memory_check) cap=90 ;;
+        kernels) cap=100 ;;       # compiles ~15 Triton kernels; its own --max-seconds 80 stops new cases
         *) cap=$SCRIPT_CAP ;;
     esac
     run_step "$name" $cap "$PY" "$f" --out "$RESULTS"

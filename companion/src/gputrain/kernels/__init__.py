@@ -10,7 +10,8 @@ where it cannot measure speed.
 ``softmax``             row softmax, fused (one kernel) and unfused (five)
 ``matmul``              naive and tiled matmul; fp32, fp16, bf16, FP8 codes
 ``attention``           FlashAttention forward and backward (online softmax)
-``fp8_gemm``            DeepSeek-V3's block-scaled FP8 GEMM with FP32 promotion
+``fp8_gemm``            DeepSeek-V3's FP8 GEMM: 1x128 tile and 128x128 block scales, FP32
+                        promotion every 128 (``fp8_gemm``, ``fp8_linear``, bytes by formula)
 ======================  ==========================================================
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from .add import add
 from .checks import KernelInputError
+from .fp8_gemm import fp8_gemm, fp8_gemm_read_bytes, fp8_linear
 from .launch import HAVE_TRITON, KernelUnavailable, interpreted, kernel_device, launch, mode
 from .matmul import largest_square_tile, matmul, naive_matmul, tile_smem_bytes, tiled_read_bytes
 from .softmax import softmax, softmax_unfused
@@ -30,6 +32,9 @@ __all__ = [
     "KernelUnavailable",
     "Traffic",
     "add",
+    "fp8_gemm",
+    "fp8_gemm_read_bytes",
+    "fp8_linear",
     "interpreted",
     "kernel_device",
     "largest_square_tile",

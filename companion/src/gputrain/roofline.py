@@ -402,8 +402,12 @@ def _sample(fn: Callable[[], object], min_seconds: float = 0.02) -> float:
 
 
 # How far measured and predicted times may differ on this book's CPUs, either way.  Measured on a
-# shared 2-core AMD EPYC at load averages of 5 to 8 (one thread; medians of 7 interleaved rounds):
-# the add came within 0.77-1.19 of its prediction, the non-square matmul within 0.71-1.36.
+# shared 2-core AMD EPYC at load averages of 5 to 9 (one thread; medians of 7 interleaved rounds;
+# 24 runs): the add came within 0.65-1.50 of its prediction, the non-square matmul within 0.71-1.42.
+# The fused AdamW step ran at 0.48-0.85 of its prediction: it overwrites what it has just read,
+# while the copy probe, like any store to memory not yet in cache, first reads each line it writes
+# (write-allocate), so the probe's bandwidth counts 2 bytes for 3 moved.  On two threads the shared
+# cores made the matmul ratio fall to 0.41-0.63: measure on one.
 CPU_TOLERANCE = 2.0
 
 
@@ -443,7 +447,10 @@ def check_cpu_roofline(
     probe's square (compute-bound).  Each round times the two roof probes and
     the three operations one after another, so a neighbour's load slows
     roofs and operations alike; every figure is the median over ``rounds``.
-    Returns the measured machine and one :class:`Agreement` per operation.
+    One thread by default: on a small shared CPU a two-thread product waits
+    for whichever core a neighbour holds, and the roofs stop describing it.
+    Returns the measured machine and one :class:`Agreement` per operation;
+    :data:`CPU_TOLERANCE` is how far they were seen to disagree.
     """
     _check_sizes(add_elements=add_elements, adamw_params=adamw_params)
     m, k, n = matmul_shape

@@ -482,9 +482,10 @@ def test_fact_check_arithmetic_is_right():
 
     import torch
 
-    from gputrain.device import PEAK_FLOPS
+    from gputrain.device import GPU_SPECS, PEAK_FLOPS
     from gputrain.memory import estimate
     from gputrain.parallel.pipeline import bubble_fraction
+    from gputrain.roofline import Machine, adamw_step
 
     text = flat(fact_check()[0]).replace("\\$", "$")  # a dollar amount is written \$ so it is not math
     h100, h800 = PEAK_FLOPS["H100"], PEAK_FLOPS["H800"]
@@ -493,6 +494,9 @@ def test_fact_check_arithmetic_is_right():
     llama_per_gpu = 6 * 405e9 * 15.6e12 / (30.84e6 * 3600)
     f16, bf16, f32 = torch.finfo(torch.float16), torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
     zero = {(s, dp): estimate(7.5e9, zero_stage=s, dp=dp).total for s in (0, 1) for dp in (8, 64)}
+    a100, l4, h100_sm, h200_sm = (GPU_SPECS[n] for n in ("A100", "L4", "H100", "H200"))
+    h800_sm = GPU_SPECS["H800"]
+    h100_roofs, step = Machine.from_gpu("H100", "bf16"), adamw_step(10**9)
     training_state = estimate(175e9).total  # bf16 weights and gradients, FP32 master weights and Adam moments
     checks = {
         "3 × 224 × 224 = 150,528": 3 * 224 * 224 == 150_528,
@@ -540,6 +544,33 @@ def test_fact_check_arithmetic_is_right():
         "1,979 TFLOP/s, its share is 17%": round(h800["fp8"] / 1e12) == 1979
         and round(100 * deepseek_per_gpu / h800["fp8"]) == 17,
         "30.84 ÷ 2.788 ≈ 11.1": round(30.84 / 2.788, 1) == 11.1,
+        "312 ÷ 19.5 = 16 on the A100": a100.peaks["fp16"] / a100.peaks["fp32"] == 16,
+        "121 ÷ 30.3 ≈ 4.0 on the L4": round(l4.peaks["fp16"] / l4.peaks["fp32"], 1) == 4.0,
+        "up to 228 KB of its 256 KB": (h800_sm.shared_per_sm, h800_sm.l1_shared_per_sm) == (228 * 1024, 256 * 1024),
+        "132 × 228 KB = 30,096 KB": h800_sm.sms * h800_sm.shared_per_sm == 30_096 * 1024,
+        "at most 164 KB": a100.shared_per_sm == 164 * 1024,
+        "128 bytes × 132 SMs × 1.98 GHz = 33.5 TB/s": (h800_sm.shared_bytes_per_clock, h800_sm.sms) == (128, 132)
+        and h800_sm.boost_clock_hz == 1.98e9
+        and round(h800_sm.shared_bandwidth / 1e12, 1) == 33.5,
+        "33.5 ÷ 3.35 ≈ 10.0": round(h100_sm.shared_to_hbm, 1) == round(h800_sm.shared_to_hbm, 1) == 10.0,
+        "at 1.83 GHz, the clock the tensor-core peaks are quoted at, the ratio is 9.2": round(
+            128 * 132 * h100_sm.tensor_clock_hz / h100_sm.hbm_bandwidth, 1
+        )
+        == 9.2,
+        "33.5 ÷ 4.8 ≈ 7.0": round(h200_sm.shared_to_hbm, 1) == 7.0,
+        "19.5 TB/s from shared memory against 2.04 TB/s": (
+            round(a100.shared_bandwidth / 1e12, 1),
+            round(a100.hbm_bandwidth / 1e12, 2),
+        )
+        == (19.5, 2.04),
+        "a ratio of 9.6": round(a100.shared_to_hbm, 1) == 9.6,
+        "768 × 3,072 = 2,359,296": 768 * 3072 == 2_359_296,
+        "28 bytes per parameter for 14 FLOPs, 0.5 FLOP per byte": (step.bytes / 10**9, step.flops / 10**9) == (28, 14)
+        and step.intensity == 0.5,
+        "989.4 ÷ 3.35 ≈ 295": round(h100_roofs.ridge) == 295,
+        "for 1 billion parameters it moves 28 GB and takes at least 8.4 ms": step.bytes == 28e9
+        and round(h100_roofs.predict_seconds(step) * 1e3, 1) == 8.4
+        and h100_roofs.bound(step) == "memory",
         "405 × 15.6 ÷ (37 × 14.8) ≈ 11.5": round(405 * 15.6 / (37 * 14.8), 1) == 11.5,
         "1,287 MWh ÷ 10.715 MWh ≈ 120": round(1287 / 10.715) == 120,
     }

@@ -67,3 +67,89 @@ def test_median_seconds_repeats_short_calls_and_waits_for_work():
     assert 0.009 < dv.median_seconds(lambda: time.sleep(0.01), repeats=3, warmup=1) < 0.5
     dv.median_seconds(lambda: calls.append(1), repeats=3, warmup=2, min_seconds=0.001)
     assert len(calls) > 3 + 2 + 1  # each sample repeated the cheap call many times
+
+
+# --- the GPU table (chapter 11) ------------------------------------------------------------
+
+
+def bib_keys() -> set[str]:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text(encoding="utf-8")
+    return set(re.findall(r"^@\w+\{\s*([^,\s]+)\s*,", text, re.M))
+
+
+def test_every_gpu_figure_has_a_source_in_the_bibliography():
+    import dataclasses
+
+    keys = bib_keys()
+    for name, spec in dv.GPU_SPECS.items():
+        figures = {f.name for f in dataclasses.fields(spec) if f.name not in ("name", "model", "sources", "notes")}
+        given = {f for f in figures if getattr(spec, f) not in (None, {})}
+        assert given <= set(spec.sources), f"{name}: no source for {sorted(given - set(spec.sources))}"
+        assert set(spec.sources) <= given, f"{name}: a source for a missing figure {sorted(set(spec.sources) - given)}"
+        cited = {k for ks in spec.sources.values() for k in ks}
+        assert cited <= keys, f"{name}: {sorted(cited - keys)} not in book/references.bib"
+        assert set(spec.notes) <= figures, f"{name}: a note on no figure"
+        assert set(spec.peaks) <= set(dv.PEAK_FORMATS)
+
+
+def test_peak_table_is_the_gpu_tables_peaks_and_matches_the_datasheets():
+    assert dv.PEAK_FLOPS == {name: spec.peaks for name, spec in dv.GPU_SPECS.items()}
+    assert dv.peak_flops("fp8", "NVIDIA H800") == pytest.approx(1978.9e12)
+    assert dv.peak_flops("fp64", "NVIDIA H800") is None  # reduced for export; no figure is cited
+    assert dv.peak_flops("fp64", "NVIDIA H100 80GB HBM3") == pytest.approx(67e12)  # the FP64 Tensor Core rate
+    assert dv.PEAK_FLOPS["H200"] == dv.PEAK_FLOPS["H100"]  # the same compute; only the memory differs
+    for spec in dv.GPU_SPECS.values():
+        p = spec.peaks
+        assert p["fp16"] == p["bf16"] == pytest.approx(2 * p["tf32"], rel=0.01) and p["bf16"] > p["fp32"]
+        assert "fp8" not in p or p["fp8"] == pytest.approx(2 * p["bf16"], rel=0.01)  # published figures are rounded
+
+
+def test_gpu_lookup_matches_device_names_and_knows_no_cpu():
+    assert dv.gpu_spec("NVIDIA H100 80GB HBM3").name == "H100"
+    assert dv.gpu_spec("NVIDIA A100-SXM4-80GB").sms == 108
+    assert dv.gpu_spec("NVIDIA H800").nvlink_bandwidth == 400e9  # against the H100's 900 GB/s
+    assert dv.gpu_spec("AMD EPYC") is None
+
+
+def test_hopper_sm_figures_and_the_articles_228_kb():
+    h100, h800, h200, a100 = (dv.GPU_SPECS[n] for n in ("H100", "H800", "H200", "A100"))
+    assert h100.shared_per_sm == 228 * 1024 < h100.l1_shared_per_sm == 256 * 1024  # a carve-out of 256 KB
+    assert a100.shared_per_sm == 164 * 1024 < a100.l1_shared_per_sm == 192 * 1024
+    assert h800.shared_per_sm == h200.shared_per_sm == h100.shared_per_sm
+    for spec in (h100, a100):
+        assert spec.registers_per_sm == 64 * 1024 * 4  # 64 K 32-bit registers
+        assert spec.max_warps_per_sm * spec.warp_size == 2048  # resident threads per SM
+        assert spec.shared_bytes_per_clock == 32 * 4  # 32 banks of 4 bytes
+
+
+def test_sram_bandwidth_is_about_ten_times_hbm_on_an_h100_and_less_on_an_h200():
+    h100, h800, h200, a100 = (dv.GPU_SPECS[n] for n in ("H100", "H800", "H200", "A100"))
+    assert h100.shared_bandwidth == pytest.approx(128 * 132 * 1.98e9)  # 33.5 TB/s
+    assert a100.shared_bandwidth == pytest.approx(19.49e12, rel=1e-3)  # FlashAttention's "19 TB/s"
+    assert h100.shared_to_hbm == h800.shared_to_hbm == pytest.approx(9.99, abs=0.01)
+    assert h200.shared_to_hbm == pytest.approx(6.97, abs=0.01)  # same SRAM, faster HBM
+    assert a100.shared_to_hbm == pytest.approx(9.56, abs=0.01)
+    assert max(s.shared_to_hbm for s in (h100, h800, h200, a100)) < 10  # never "more than ten times"
+
+
+def test_memory_hierarchy_rows_shrink_in_capacity_and_name_unknown_bandwidths():
+    for name in ("A100", "H100", "H800", "H200"):
+        rows = dv.memory_hierarchy(name)
+        assert [r.level for r in rows] == ["registers", "shared memory", "L2", "HBM"]
+        assert rows[0].bandwidth is None  # no source gives a register-file bandwidth
+        assert rows[1].bandwidth > rows[3].bandwidth
+        assert rows[1].capacity < rows[2].capacity < rows[3].capacity
+        assert all(r.sources for r in rows)
+    assert dv.memory_hierarchy("H100")[2].bandwidth is None  # Hopper's L2 bandwidth is not published
+    assert dv.memory_hierarchy("A100")[2].bandwidth == pytest.approx(5120 * 1.41e9)
+    with pytest.raises(ValueError, match="use one of: H200, H100, H800, A100"):
+        dv.memory_hierarchy("L4")
+
+
+def test_ridge_points_from_the_table():
+    assert dv.GPU_SPECS["H100"].ridge("bf16") == pytest.approx(989.4 / 3.35)  # about 295 FLOPs per byte
+    assert dv.GPU_SPECS["A100"].ridge("bf16") == pytest.approx(312 / 2.039)
+    assert dv.GPU_SPECS["L4"].ridge("bf16") is None  # no memory figures for the L4

@@ -1,11 +1,15 @@
-"""Device and preset choice, the peak FLOP/s table, and timers.
+"""Device and preset choice, the GPU table (peaks, memories, links), and timers.
 
 One code path runs everywhere: :func:`preset` says ``"cpu"`` on a machine
 without CUDA and ``"gpu"`` with it, and every chapter picks its sizes from it
 with :func:`pick`.  The environment variable ``GPUTRAIN_PRESET`` overrides the
 choice (for example to run the small sizes on a GPU).  Explained in the
 introduction, "How to run this book".
-"""
+
+:data:`GPU_SPECS` is the one table of published GPU figures, each with its
+source: SMs, registers, shared memory, L2, HBM, clocks, NVLink and the dense
+peak of every format (chapter 11, "The memory hierarchy");
+:data:`PEAK_FLOPS` and :func:`peak_flops` read its peaks (chapters 2, 7, 10)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Optional, TypeVar
 
@@ -67,17 +71,264 @@ def device_name(dev: Optional[torch.device] = None) -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-# Dense (no sparsity) peak tensor throughput per datasheet, in FLOP/s.
-# H100/H200 SXM share one compute die, so their peaks are the same; the H200
-# differs in memory (141 GB HBM3e, 4.8 TB/s).  FP8 is the Hopper figure; A100
-# has no FP8.  Sources: NVIDIA H100 and H200 datasheets, A100 datasheet.
-PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "H200": {"fp64": 67e12, "fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12},
-    "H100": {"fp64": 67e12, "fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12},
-    "H800": {"fp64": 67e12, "fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12},
-    "A100": {"fp64": 19.5e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
-    "L4": {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12, "fp8": 242.5e12},
+KiB = 1024  # NVIDIA's architecture documents mean binary kilobytes: "228 KB" of shared memory is 228 x 1024 bytes
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Published figures of one data-center GPU, each with its source (chapter 11, "The memory hierarchy").
+
+    ``peaks`` holds dense (no sparsity) FLOP/s per format; ``fp64`` is the
+    FP64 Tensor Core rate.  On-chip capacities are bytes in NVIDIA's binary
+    kilobytes, HBM capacity in the datasheets' decimal gigabytes, bandwidths
+    in bytes/s, NVLink counting both directions.  ``None`` means no source we
+    cite gives the figure; the table never fills a gap by guessing.
+    ``sources`` maps every field that has a value to the BibTeX keys of
+    ``book/references.bib`` it comes from (two keys: a figure carried over
+    from a sibling chip that a source says is the same), and ``notes`` says
+    why wherever that needs a sentence.
+    """
+
+    name: str  # the key peak_flops() matches by substring: "H100"
+    model: str  # the exact product: "H100 SXM5 80 GB"
+    peaks: dict[str, float]  # dense peak FLOP/s per format: fp64, fp32, tf32, bf16, fp16, fp8
+    sources: dict[str, tuple[str, ...]]  # field -> BibTeX keys
+    notes: dict[str, str] = field(default_factory=dict)  # field -> why a figure is what it is
+    sms: Optional[int] = None  # streaming multiprocessors
+    warp_size: Optional[int] = None  # threads that execute one instruction together
+    max_warps_per_sm: Optional[int] = None  # resident warps an SM can hold at once
+    tensor_cores_per_sm: Optional[int] = None
+    registers_per_sm: Optional[int] = None  # bytes of register file per SM
+    l1_shared_per_sm: Optional[int] = None  # bytes of combined L1 data cache and shared memory per SM
+    shared_per_sm: Optional[int] = None  # bytes: the largest shared-memory carve-out of that
+    shared_bytes_per_clock: Optional[int] = None  # per SM: 32 banks x 4 bytes
+    l2_bytes: Optional[int] = None
+    l2_bytes_per_clock: Optional[int] = None  # L2 read bandwidth per clock, whole chip
+    hbm_bytes: Optional[float] = None
+    hbm_bandwidth: Optional[float] = None  # bytes/s
+    boost_clock_hz: Optional[float] = None  # the highest boost clock (the FP32 and FP64 peaks use it)
+    tensor_clock_hz: Optional[float] = None  # the clock the 16- and 8-bit tensor peaks are quoted at
+    nvlink_bandwidth: Optional[float] = None  # bytes/s, both directions together
+
+    def figure(self, name: str):
+        """One field by name, or the dense peak of a format (``"bf16"``)."""
+        return self.peaks.get(name) if name in PEAK_FORMATS else getattr(self, name)
+
+    @property
+    def shared_bandwidth(self) -> Optional[float]:
+        """Aggregate shared-memory (SRAM) bandwidth, bytes/s: bytes per clock per SM x SMs x boost clock."""
+        if None in (self.shared_bytes_per_clock, self.sms, self.boost_clock_hz):
+            return None
+        return self.shared_bytes_per_clock * self.sms * self.boost_clock_hz
+
+    @property
+    def shared_to_hbm(self) -> Optional[float]:
+        """How many times HBM's bandwidth the shared memory of all SMs delivers."""
+        sram = self.shared_bandwidth
+        return None if sram is None or not self.hbm_bandwidth else sram / self.hbm_bandwidth
+
+    @property
+    def l2_bandwidth(self) -> Optional[float]:
+        """L2 read bandwidth, bytes/s, where NVIDIA publishes bytes per clock (the A100); else ``None``."""
+        if self.l2_bytes_per_clock is None or self.boost_clock_hz is None:
+            return None
+        return self.l2_bytes_per_clock * self.boost_clock_hz
+
+    def ridge(self, dtype: str = "bf16") -> Optional[float]:
+        """FLOPs per byte of HBM traffic at which ``dtype`` products stop being memory-bound."""
+        peak = self.peaks.get(dtype)
+        return None if peak is None or not self.hbm_bandwidth else peak / self.hbm_bandwidth
+
+
+PEAK_FORMATS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+
+# The Hopper figures the whitepaper gives for the H100 SXM5 (clocks, SMs, caches), which the
+# H200 and H800 share: the H200 datasheet lists the H100 SXM's compute peaks, and DeepSeek
+# says the H800 is the H100 except for FP64 and NVLink (zhao2025) and counts its 132 SMs.
+_HOPPER_SM = dict(
+    sms=132,
+    warp_size=32,
+    max_warps_per_sm=64,
+    tensor_cores_per_sm=4,
+    registers_per_sm=256 * KiB,
+    l1_shared_per_sm=256 * KiB,
+    shared_per_sm=228 * KiB,
+    shared_bytes_per_clock=32 * 4,
+    l2_bytes=50 * MiB,
+    boost_clock_hz=1.98e9,
+    tensor_clock_hz=1.83e9,
+)
+_HOPPER_PEAKS = {"fp64": 67e12, "fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12}
+_CUDA_RULES = ("warp_size", "max_warps_per_sm", "registers_per_sm", "shared_bytes_per_clock")  # per compute capability
+
+
+def _sources(default: tuple[str, ...], **by_field: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every SM-level field from ``default``, the CUDA guide's per-architecture rules, and overrides."""
+    keys = [f for f in _HOPPER_SM if f not in _CUDA_RULES] + ["peaks"]
+    return {**{f: default for f in keys}, **{f: ("nvidia2024cuda",) for f in _CUDA_RULES}, **by_field}
+
+
+GPU_SPECS: dict[str, GPUSpec] = {
+    spec.name: spec
+    for spec in (
+        GPUSpec(
+            name="H200",
+            model="H200 SXM 141 GB",
+            peaks=dict(_HOPPER_PEAKS),
+            hbm_bytes=141e9,
+            hbm_bandwidth=4.8e12,
+            nvlink_bandwidth=900e9,
+            **_HOPPER_SM,
+            sources=_sources(
+                ("nvidia2024h200", "nvidia2022hopperwp"),
+                l1_shared_per_sm=("nvidia2022hopper",),
+                shared_per_sm=("nvidia2022hopper",),
+                hbm_bytes=("nvidia2024h200",),
+                hbm_bandwidth=("nvidia2024h200",),
+                nvlink_bandwidth=("nvidia2024h200",),
+            ),
+            notes={"sms": "the H200 datasheet's compute peaks are the H100 SXM5's, whose SMs and clocks they imply"},
+        ),
+        GPUSpec(
+            name="H100",
+            model="H100 SXM5 80 GB",
+            peaks=dict(_HOPPER_PEAKS),
+            hbm_bytes=80e9,
+            hbm_bandwidth=3.35e12,
+            nvlink_bandwidth=900e9,
+            **_HOPPER_SM,
+            sources=_sources(
+                ("nvidia2022hopperwp",),
+                l1_shared_per_sm=("nvidia2022hopper",),
+                shared_per_sm=("nvidia2022hopper",),
+                hbm_bytes=("nvidia2022h100",),
+                hbm_bandwidth=("nvidia2022h100",),
+                nvlink_bandwidth=("nvidia2022h100",),
+            ),
+            notes={"tensor_clock_hz": "the whitepaper quotes tensor peaks at 1.83 GHz, FP32 and FP64 at 1.98 GHz"},
+        ),
+        GPUSpec(
+            name="H800",
+            model="H800 SXM5 80 GB",
+            peaks={k: v for k, v in _HOPPER_PEAKS.items() if k != "fp64"},
+            hbm_bytes=80e9,
+            hbm_bandwidth=3.35e12,
+            nvlink_bandwidth=400e9,
+            **_HOPPER_SM,
+            sources=_sources(
+                ("nvidia2022hopperwp", "zhao2025"),
+                sms=("deepseek2024",),
+                l1_shared_per_sm=("nvidia2022hopper", "zhao2025"),
+                shared_per_sm=("nvidia2022hopper", "zhao2025"),
+                hbm_bytes=("nvidia2022h100", "zhao2025"),
+                hbm_bandwidth=("nvidia2022h100", "zhao2025"),
+                nvlink_bandwidth=("zhao2025",),
+            ),
+            notes={
+                "peaks": "FP64 is reduced on the H800 (zhao2025) and no figure for it is cited, so it is absent",
+                "nvlink_bandwidth": "reduced from the H100's 900 GB/s for export (zhao2025)",
+                "sms": "DeepSeek-V3 gives 20 of the H800's 132 SMs to communication (deepseek2024)",
+            },
+        ),
+        GPUSpec(
+            name="A100",
+            model="A100 SXM4 80 GB",
+            peaks={"fp64": 19.5e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+            sms=108,
+            warp_size=32,
+            max_warps_per_sm=64,
+            tensor_cores_per_sm=4,
+            registers_per_sm=256 * KiB,
+            l1_shared_per_sm=192 * KiB,
+            shared_per_sm=164 * KiB,
+            shared_bytes_per_clock=32 * 4,
+            l2_bytes=40 * MiB,
+            l2_bytes_per_clock=5120,
+            hbm_bytes=80e9,
+            hbm_bandwidth=2.039e12,
+            boost_clock_hz=1.41e9,
+            tensor_clock_hz=1.41e9,
+            nvlink_bandwidth=600e9,
+            sources={
+                **_sources(("nvidia2020a100",)),
+                "l2_bytes_per_clock": ("nvidia2020a100",),
+                "peaks": ("nvidia2021a100",),
+                "hbm_bytes": ("nvidia2021a100",),
+                "hbm_bandwidth": ("nvidia2021a100",),
+                "nvlink_bandwidth": ("nvidia2021a100",),
+            },
+            notes={"l2_bytes_per_clock": "the only GPU here whose L2 bandwidth NVIDIA publishes (5120 bytes/clock)"},
+        ),
+        GPUSpec(
+            name="L4",
+            model="L4 24 GB",
+            peaks={"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12, "fp8": 242.5e12},
+            sources={"peaks": ("nvidia2023l4",)},
+        ),
+    )
 }
+
+# Dense peak FLOP/s per format, per GPU: the peaks column of GPU_SPECS, kept as the plain
+# table chapters 2, 7 and 10 and the appendix "Making it fast" read.
+PEAK_FLOPS: dict[str, dict[str, float]] = {name: dict(spec.peaks) for name, spec in GPU_SPECS.items()}
+
+
+def gpu_spec(name: Optional[str] = None) -> Optional[GPUSpec]:
+    """The :class:`GPUSpec` whose name occurs in ``name`` (default: this device's), or ``None``.
+
+    Matching is by substring, as :func:`peak_flops` does: ``"NVIDIA H100 80GB HBM3"``
+    finds the H100.
+    """
+    name = name if name is not None else device_name()
+    for key, spec in GPU_SPECS.items():
+        if key.lower() in name.lower():
+            return spec
+    return None
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of a GPU's memory hierarchy, with where its figures come from (chapter 11)."""
+
+    level: str  # "registers", "shared memory", "L2", "HBM"
+    capacity: float  # bytes on the whole chip
+    per_sm: Optional[int]  # bytes per SM, for the levels each SM has its own of
+    bandwidth: Optional[float]  # bytes/s for the whole chip; None where no source gives one
+    sources: tuple[str, ...]  # BibTeX keys
+
+
+def memory_hierarchy(name: str) -> list[MemoryLevel]:
+    """Registers -> shared memory -> L2 -> HBM of one GPU, fastest and smallest first (chapter 11).
+
+    Shared-memory bandwidth is :attr:`GPUSpec.shared_bandwidth`; the register
+    file has no published bandwidth, nor has Hopper's L2 (the A100's has),
+    so those stay ``None``.  One clear error for a GPU the table holds no
+    memory figures for.
+    """
+    spec = gpu_spec(name)
+    if spec is None or spec.sms is None:
+        known = ", ".join(k for k, s in GPU_SPECS.items() if s.sms)
+        raise ValueError(f"no memory figures for {name!r} in gputrain.device.GPU_SPECS; use one of: {known}")
+    src = spec.sources
+
+    def keys(*fields: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for f in fields for k in src.get(f, ())))
+
+    return [
+        MemoryLevel(
+            "registers", spec.registers_per_sm * spec.sms, spec.registers_per_sm, None, keys("registers_per_sm", "sms")
+        ),
+        MemoryLevel(
+            "shared memory",
+            spec.shared_per_sm * spec.sms,
+            spec.shared_per_sm,
+            spec.shared_bandwidth,
+            keys("shared_per_sm", "shared_bytes_per_clock", "sms", "boost_clock_hz"),
+        ),
+        MemoryLevel("L2", spec.l2_bytes, None, spec.l2_bandwidth, keys("l2_bytes", "l2_bytes_per_clock")),
+        MemoryLevel("HBM", spec.hbm_bytes, None, spec.hbm_bandwidth, keys("hbm_bytes", "hbm_bandwidth")),
+    ]
 
 
 def peak_flops(dtype: str = "bf16", name: Optional[str] = None) -> Optional[float]:
@@ -88,10 +339,8 @@ def peak_flops(dtype: str = "bf16", name: Optional[str] = None) -> Optional[floa
     instead (``gputrain.speed``).
     """
     name = name if name is not None else device_name()
-    for key, table in PEAK_FLOPS.items():
-        if key.lower() in name.lower():
-            return table.get(dtype)
-    return None
+    spec = gpu_spec(name)
+    return None if spec is None else spec.peaks.get(dtype)
 
 
 def synchronize(dev: Optional[torch.device] = None) -> None:

@@ -24,14 +24,20 @@ Known faults of the interpreter, avoided by design in every kernel here:
 * block pointers (``tl.make_block_ptr``) are gone in recent Triton: kernels
   compute their addresses from offsets and strides;
 * an out-of-bounds load is not caught, it kills the process: every load and
-  store is masked, and wrappers check shapes before launching.
+  store is masked, and wrappers check shapes before launching;
+* Triton decorates its own library (``tl.sum``, ``tl.max``, ``tl.zeros``...)
+  when it is first imported, and torch imports it on its first optimizer step:
+  imported before the interpreter was switched on, those functions raise
+  inside interpreted kernels, so :func:`interpret_triton_library` rebinds them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import platform
+import sys
 from typing import Any, Callable
 
 import torch
@@ -45,6 +51,7 @@ class KernelUnavailable(RuntimeError):
     """Triton cannot be imported here (no wheel for this platform, or not installed)."""
 
 
+TRITON_IMPORTED_BEFORE = "triton" in sys.modules  # perhaps with the interpreter off: see interpret_triton_library
 try:
     import triton
     import triton.language as tl
@@ -83,6 +90,34 @@ except ImportError as exc:  # macOS and Windows have no Triton wheel
             raise KernelUnavailable(WHY_NOT)
 
     triton = tl = _Stand()  # type: ignore[assignment]
+
+
+def interpret_triton_library() -> int:
+    """Rebind Triton's own compiled-mode library functions as interpreted ones; returns how many.
+
+    ``triton.jit`` picks compiled or interpreted when it decorates, so if Triton
+    was imported before ``TRITON_INTERPRET`` was set (torch's optimizers import
+    it), ``tl.sum``, ``tl.max`` and ``tl.zeros`` are compiled-mode functions and
+    every kernel that calls them fails with "Cannot call @triton.jit'd outside
+    of the scope of a kernel".  Nothing to do when Triton was imported after.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    swapped: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        owners = [module, *(c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == name)]
+        for owner in owners:  # the functions, and the same functions as tensor methods (x.sum())
+            for attr, obj in list(vars(owner).items()):
+                if isinstance(obj, JITFunction):
+                    setattr(owner, attr, swapped.setdefault(id(obj), InterpretedFunction(obj.fn)))
+    return len(swapped)
+
+
+if HAVE_TRITON and TRITON_IMPORTED_BEFORE and os.environ.get(INTERPRET_ENV, "0") not in ("", "0"):
+    interpret_triton_library()
 
 
 def check_available() -> None:

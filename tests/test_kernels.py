@@ -81,6 +81,14 @@ def test_tiled_matmul_matches_torch_at_odd_shapes(dtype, tol, block):
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=tol, atol=tol)  # fp32 accumulation of exact products
 
 
+def test_matmul_reads_a_transposed_b_without_a_copy():
+    a, b, t = randn(70, 50, seed=17), randn(90, 50, seed=18), Traffic(DEV)  # b is (N, K): c = a @ b.T
+    torch.testing.assert_close(matmul(a, b, b_transposed=True, traffic=t), a @ b.t(), rtol=1e-5, atol=1e-5)
+    assert t.read == tiled_read_bytes(70, 90, 50, 32, 32)
+    with pytest.raises(KernelInputError, match="inner dimensions 50 and 90"):
+        matmul(a, b.t().contiguous(), b_transposed=True)
+
+
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_fp8_matmul_equals_the_scaled_reference(fmt):
     a, b = randn(40, 72, seed=8), randn(72, 24, seed=9)

@@ -9,7 +9,8 @@ where it cannot measure speed.
 ``add``                 vector add: program ids, blocks, masks
 ``softmax``             row softmax, fused (one kernel) and unfused (five)
 ``matmul``              naive and tiled matmul; fp32, fp16, bf16, FP8 codes
-``attention``           FlashAttention forward and backward (online softmax)
+``attention``           FlashAttention forward and backward (online softmax), and the naive
+                        attention that writes its (T, T) scores to memory; bytes of both
 ``fp8_gemm``            DeepSeek-V3's block-scaled FP8 GEMM with FP32 promotion
 ======================  ==========================================================
 """
@@ -17,6 +18,14 @@ where it cannot measure speed.
 from __future__ import annotations
 
 from .add import add
+from .attention import (
+    FlashAttention,
+    flash_attention,
+    flash_backward_bytes,
+    flash_forward_bytes,
+    naive_attention,
+    naive_attention_bytes,
+)
 from .checks import KernelInputError
 from .launch import HAVE_TRITON, KernelUnavailable, interpreted, kernel_device, launch, mode
 from .matmul import largest_square_tile, matmul, naive_matmul, tile_smem_bytes, tiled_read_bytes
@@ -26,16 +35,22 @@ from .traffic import Bytes, Traffic
 __all__ = [
     "HAVE_TRITON",
     "Bytes",
+    "FlashAttention",
     "KernelInputError",
     "KernelUnavailable",
     "Traffic",
     "add",
+    "flash_attention",
+    "flash_backward_bytes",
+    "flash_forward_bytes",
     "interpreted",
     "kernel_device",
     "largest_square_tile",
     "launch",
     "matmul",
     "mode",
+    "naive_attention",
+    "naive_attention_bytes",
     "naive_matmul",
     "softmax",
     "softmax_unfused",

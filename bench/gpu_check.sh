@@ -37,7 +37,7 @@ export PYTHONUNBUFFERED=1 MPLBACKEND=Agg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 unset GPUTRAIN_PRESET  # the GPU decides: preset "gpu"
 
 # Scripts in bench/gpu/ in this order first (cheap and most used), then any others.
-ORDER="matmul chunked_loss memory_check fp8_gemm data_pipeline kernels nccl_allreduce"
+ORDER="matmul kernels chunked_loss memory_check fp8_gemm data_pipeline nccl_allreduce"
 SCRIPT_CAP=75      # seconds per bench/gpu script (each is written to take under 60; two get more below)
 PYTEST_CAP=120
 LADDER_CAP=270

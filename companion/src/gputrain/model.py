@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from . import moe
 
+ATTENTIONS = ("sdpa", "flash-triton")  # GPTConfig.attention: torch's SDPA, or gputrain.kernels.flash_attention
+
 
 @dataclass(kw_only=True)
 class GPTConfig:
@@ -27,6 +29,7 @@ class GPTConfig:
     n_embd: int = 128  # width C of the residual stream
     dropout: float = 0.0  # dropout probability in attention and MLP outputs
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2 has them)
+    attention: str = "sdpa"  # "sdpa" (torch's fused attention) or "flash-triton" (chapter 11's kernel, no dropout)
     # mixture of experts (chapter 9); n_experts=0 keeps every block dense
     n_experts: int = 0  # routed experts per MoE block
     n_shared_experts: int = 1  # always-on shared experts per MoE block
@@ -54,6 +57,10 @@ class GPTConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"GPTConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.attention == "flash-triton" and self.dropout:
+            raise ValueError("GPTConfig.attention='flash-triton' has no dropout; set dropout=0 or use 'sdpa'")
         if self.n_experts < 0 or self.moe_every < 1 or self.moe_first_dense < 0:
             raise ValueError(
                 "GPTConfig needs n_experts >= 0 (0: dense), moe_every >= 1, moe_first_dense >= 0; "
@@ -100,6 +107,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
+        self.attention = cfg.attention
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,9 +116,14 @@ class CausalSelfAttention(nn.Module):
         # (B, T, C) -> (B, H, T, C/H): each head attends in its own subspace
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         # softmax(q k^T / sqrt(d)) v with a causal mask; flash kernel on GPUs
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )  # (B, H, T, C/H)
+        if self.attention == "flash-triton":  # chapter 11's Triton kernel; imported here: kernels sit below the model
+            from .kernels import flash_attention
+
+            y = flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)  # (B, H, T, C/H)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )  # (B, H, T, C/H)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_drop(self.proj(y))
 

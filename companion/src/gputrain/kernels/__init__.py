@@ -9,7 +9,8 @@ where it cannot measure speed.
 ``add``                 vector add: program ids, blocks, masks
 ``softmax``             row softmax, fused (one kernel) and unfused (five)
 ``matmul``              naive and tiled matmul; fp32, fp16, bf16, FP8 codes
-``attention``           FlashAttention forward and backward (online softmax)
+``attention``           FlashAttention forward and backward (online softmax), and the naive
+                        attention that writes its (T, T) scores to memory; bytes of both
 ``fp8_gemm``            DeepSeek-V3's FP8 GEMM: 1x128 tile and 128x128 block scales, FP32
                         promotion every 128 (``fp8_gemm``, ``fp8_linear``, bytes by formula)
 ======================  ==========================================================
@@ -18,6 +19,14 @@ where it cannot measure speed.
 from __future__ import annotations
 
 from .add import add
+from .attention import (
+    FlashAttention,
+    flash_attention,
+    flash_backward_bytes,
+    flash_forward_bytes,
+    naive_attention,
+    naive_attention_bytes,
+)
 from .checks import KernelInputError
 from .fp8_gemm import fp8_gemm, fp8_gemm_read_bytes, fp8_linear
 from .launch import HAVE_TRITON, KernelUnavailable, interpreted, kernel_device, launch, mode
@@ -28,10 +37,14 @@ from .traffic import Bytes, Traffic
 __all__ = [
     "HAVE_TRITON",
     "Bytes",
+    "FlashAttention",
     "KernelInputError",
     "KernelUnavailable",
     "Traffic",
     "add",
+    "flash_attention",
+    "flash_backward_bytes",
+    "flash_forward_bytes",
     "fp8_gemm",
     "fp8_gemm_read_bytes",
     "fp8_linear",
@@ -41,6 +54,8 @@ __all__ = [
     "launch",
     "matmul",
     "mode",
+    "naive_attention",
+    "naive_attention_bytes",
     "naive_matmul",
     "softmax",
     "softmax_unfused",

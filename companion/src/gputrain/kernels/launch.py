@@ -24,12 +24,17 @@ Known faults of the interpreter, avoided by design in every kernel here:
 * block pointers (``tl.make_block_ptr``) are gone in recent Triton: kernels
   compute their addresses from offsets and strides;
 * an out-of-bounds load is not caught, it kills the process: every load and
-  store is masked, and wrappers check shapes before launching.
+  store is masked, and wrappers check shapes before launching;
+* Triton decorates its own library (``tl.sum``, ``tl.max``, ``tl.zeros``...)
+  when it is first imported, and torch imports it on its first optimizer step:
+  imported before the interpreter was switched on, those functions raise
+  inside interpreted kernels, so :func:`interpret_triton_library` rebinds them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import platform
 import sys
@@ -38,13 +43,6 @@ from typing import Any, Callable
 import torch
 
 INTERPRET_ENV = "TRITON_INTERPRET"
-# Triton decorates its own library functions (tl.sum, tl.max, ...) when triton.language is imported:
-# imported before the interpreter was switched on, they are GPU-only and no interpreted kernel can use them.
-_TOO_LATE = (
-    not torch.cuda.is_available()
-    and "triton.language" in sys.modules
-    and os.environ.get(INTERPRET_ENV, "0") in ("", "0")
-)
 if not torch.cuda.is_available():  # nothing to compile for: the interpreter must be on before the kernels are defined
     os.environ[INTERPRET_ENV] = "1"
 
@@ -53,6 +51,7 @@ class KernelUnavailable(RuntimeError):
     """Triton cannot be imported here (no wheel for this platform, or not installed)."""
 
 
+TRITON_IMPORTED_BEFORE = "triton" in sys.modules  # perhaps with the interpreter off: see interpret_triton_library
 try:
     import triton
     import triton.language as tl
@@ -93,12 +92,32 @@ except ImportError as exc:  # macOS and Windows have no Triton wheel
     triton = tl = _Stand()  # type: ignore[assignment]
 
 
-if HAVE_TRITON and _TOO_LATE:
-    HAVE_TRITON = False
-    WHY_NOT = (
-        "triton was imported before gputrain.kernels on a machine without CUDA, so its interpreter is off; "
-        f"import gputrain.kernels first, or set {INTERPRET_ENV}=1 before importing triton"
-    )
+def interpret_triton_library() -> int:
+    """Rebind Triton's own compiled-mode library functions as interpreted ones; returns how many.
+
+    ``triton.jit`` picks compiled or interpreted when it decorates, so if Triton
+    was imported before ``TRITON_INTERPRET`` was set (torch's optimizers import
+    it), ``tl.sum``, ``tl.max`` and ``tl.zeros`` are compiled-mode functions and
+    every kernel that calls them fails with "Cannot call @triton.jit'd outside
+    of the scope of a kernel".  Nothing to do when Triton was imported after.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    swapped: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        owners = [module, *(c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == name)]
+        for owner in owners:  # the functions, and the same functions as tensor methods (x.sum())
+            for attr, obj in list(vars(owner).items()):
+                if isinstance(obj, JITFunction):
+                    setattr(owner, attr, swapped.setdefault(id(obj), InterpretedFunction(obj.fn)))
+    return len(swapped)
+
+
+if HAVE_TRITON and TRITON_IMPORTED_BEFORE and os.environ.get(INTERPRET_ENV, "0") not in ("", "0"):
+    interpret_triton_library()
 
 
 def check_available() -> None:

@@ -58,7 +58,7 @@ def naive_matmul_kernel(
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K, scale, counter,
+    a_ptr, b_ptr, c_ptr, M, N, K, stride_bk, stride_bn, scale, counter,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     ELEM_BYTES: tl.constexpr, COUNT: tl.constexpr,
 ):  # fmt: skip
@@ -72,7 +72,7 @@ def matmul_kernel(
         a_mask = (rows[:, None] < M) & (ks[None, :] < K)  # (BM, BK)
         b_mask = (ks[:, None] < K) & (cols[None, :] < N)  # (BK, BN)
         a = tl.load(a_ptr + rows[:, None] * K + ks[None, :], mask=a_mask, other=0.0)  # (BM, BK) tile of A
-        b = tl.load(b_ptr + ks[:, None] * N + cols[None, :], mask=b_mask, other=0.0)  # (BK, BN) tile of B
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn, mask=b_mask, other=0.0)  # (BK, BN)
         if UPCAST:  # the interpreter's tl.dot multiplies bf16 bit patterns, not values
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -86,12 +86,12 @@ def matmul_kernel(
         count_write(counter, c_mask, 4)
 
 
-def _operands(a, b, scale_a, scale_b) -> tuple[int, int, int, float]:
+def _operands(a, b, scale_a, scale_b, b_transposed: bool = False) -> tuple[int, int, int, float]:
     check_tensor("a", a, dtypes=DTYPES, ndim=2)
     check_tensor("b", b, dtypes=DTYPES, ndim=2)
     if a.dtype != b.dtype:
         raise KernelInputError(f"a and b must share a dtype, got {a.dtype} and {b.dtype}")
-    m, n, k = check_matmul_shapes(a, b)
+    m, n, k = check_matmul_shapes(a, b, b_transposed=b_transposed)
     if (scale_a is not None or scale_b is not None) and a.dtype not in FP8_DTYPES:
         raise KernelInputError("scale_a and scale_b are for FP8 codes (gputrain.fp8.quantize); plain floats need none")
     scale = 1.0
@@ -116,18 +116,24 @@ def matmul(
     block: tuple[int, int, int] = (32, 32, 32),
     scale_a: "float | torch.Tensor | None" = None,
     scale_b: "float | torch.Tensor | None" = None,
+    b_transposed: bool = False,
     traffic: Optional[Traffic] = None,
 ) -> torch.Tensor:
-    """``a @ b`` (fp32 result) by the tiled kernel with ``block = (BM, BN, BK)`` (each a power of two >= 16)."""
-    m, n, k, scale = _operands(a, b, scale_a, scale_b)
+    """``a @ b`` (fp32 result) by the tiled kernel with ``block = (BM, BN, BK)`` (each a power of two >= 16).
+
+    ``b_transposed=True``: ``b`` is stored (N, K) and read as its transpose, the
+    way cuBLAS takes ``q @ k.T`` without copying ``k`` (attention's scores).
+    """
+    m, n, k, scale = _operands(a, b, scale_a, scale_b, b_transposed)
     bm, bn, bk = (check_block(name, v, minimum=16, maximum=256) for name, v in zip(("BM", "BN", "BK"), block))
     c = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     if 0 in (m, n, k):  # nothing to launch: an empty product, or a sum of no terms
         return c
     counter, count = counter_args(traffic, a.device)
     precision = "ieee" if a.dtype == torch.float32 else "tf32"  # fp32 in full precision, like torch's default
+    stride_bk, stride_bn = (1, k) if b_transposed else (n, 1)  # where B[kk, j] lives: b[j, kk] or b[kk, j]
     launch(
-        matmul_kernel, (cdiv(m, bm), cdiv(n, bn)), a, b, c, m, n, k, scale, counter,
+        matmul_kernel, (cdiv(m, bm), cdiv(n, bn)), a, b, c, m, n, k, stride_bk, stride_bn, scale, counter,
         BM=bm, BN=bn, BK=bk, UPCAST=interpreted(), PRECISION=precision, ELEM_BYTES=a.element_size(), COUNT=count,
     )  # fmt: skip
     return c

@@ -42,17 +42,14 @@ import torch.nn.functional as F
 
 from gputrain import fp8
 from gputrain import kernels as K
-from gputrain.device import device_name, peak_flops
+from gputrain.device import device_name, gpu_spec, peak_flops
 from gputrain.results import first_line, write_result
 
-try:  # being written on another branch: the script runs without it and says so
+try:  # an older gputrain without it: the script still runs and says so
     from gputrain.kernels import flash_attention
 except ImportError:
     flash_attention, NO_FLASH = None, "this version of gputrain.kernels has no flash_attention"
 
-# HBM bandwidth, bytes/s, SXM parts, from NVIDIA's A100, H100 and H200 datasheets (the H800 keeps the H100's
-# memory) and the L4 datasheet.  The roofline module of chapter 11 will hold these; until then, here.
-BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.039e12, "L4": 0.3e12}
 
 # (GPU size, dry-run size) of every case
 SIZES = {
@@ -295,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     t0 = time.perf_counter()
     name = device_name(dev)
-    bandwidth = next((bw for key, bw in BANDWIDTH.items() if key.lower() in name.lower()), None)
+    spec = gpu_spec(name)  # the datasheet's HBM bandwidth, from the book's one GPU table
+    bandwidth = spec.hbm_bandwidth if spec else None
     data: dict = {
         "device": name,
         "mode": K.mode(),

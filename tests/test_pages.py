@@ -45,6 +45,7 @@ CHAPTERS_WITH_EXERCISES = [
     "08b_parallelism_deeper",
     "09_experts",
     "10_fp8",
+    "11_inside_the_chip",
 ]
 SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")

@@ -215,15 +215,20 @@ def test_measured_cpu_roofline_predicts_a_memory_bound_and_a_compute_bound_op():
     for attempt in range(2):
         machine, rows = rf.check_cpu_roofline(rounds=7)
         by = {row.op.name.split()[0]: row for row in rows}
-        if by["add"].within() and by["matmul"].within():
+        if all(row.within() for row in rows):
             break
     report = {k: (round(r.ratio, 2), r.bound) for k, r in by.items()}
     assert 0.1 < machine.ridge < 1000, machine
     assert by["add"].bound == by["AdamW"].bound == "memory" and by["matmul"].bound == "compute", report
-    assert by["add"].within() and by["matmul"].within(), report
-    # AdamW overwrites what it reads, so it escapes the read-before-write the copy probe pays on a CPU
-    # (write-allocate): it runs faster than its memory roof predicts, never slower than twice it
-    assert 0.25 < by["AdamW"].ratio < rf.CPU_TOLERANCE, report
+    # AdamW overwrites what it reads, so it escapes the read-before-write (write-allocate) that the copy
+    # probe and the add pay on a CPU; with that read counted, all three agree within the tolerance
+    assert by["AdamW"].within(), report
+
+
+def test_write_allocate_adds_one_read_of_each_fresh_output_line():
+    op = rf.add(1000)
+    cpu = rf.on_a_cpu(op, fresh_output_bytes=4000)
+    assert cpu.bytes == op.bytes + 4000 and cpu.flops == op.flops and "write-allocate" in cpu.rule
 
 
 def test_a_measured_machine_has_sane_roofs():

@@ -26,6 +26,7 @@ lower bound for a real kernel and the exact traffic of a perfect one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ __all__ = [
     "Agreement",
     "CPU_TOLERANCE",
     "check_cpu_roofline",
+    "on_a_cpu",
+    "WRITE_ALLOCATE",
 ]
 
 
@@ -349,6 +352,19 @@ class Machine:
         return probes.machine(med["copy"], med["probe"], threads)
 
 
+# A CPU's store to a cache line it does not hold first reads that line from memory (write-allocate):
+# an operation that writes a fresh output moves its bytes once more.  An update in place (AdamW) does
+# not, since the lines it writes are the ones it has just read.  GPUs write whole sectors without it.
+WRITE_ALLOCATE = 1
+
+
+def on_a_cpu(op: OpCost, fresh_output_bytes: float) -> OpCost:
+    """``op`` as a CPU's memory sees it: plus the read of each line of a freshly written output."""
+    return dataclasses.replace(
+        op, bytes=op.bytes + WRITE_ALLOCATE * fresh_output_bytes, rule=op.rule + "; plus the CPU's write-allocate read"
+    )
+
+
 class _Probes:
     """The two roof probes, on buffers allocated once."""
 
@@ -369,12 +385,15 @@ class _Probes:
         torch.mm(self.a, self.b, out=self.c)
 
     def machine(self, copy_seconds: float, matmul_seconds: float, threads: int) -> Machine:
-        moved = 2 * self.src.numel() * 4  # the copy reads and writes every byte
+        # the copy reads every source byte and writes every destination byte, and a CPU first reads each
+        # destination cache line it is about to overwrite (write-allocate): three bytes cross for every two
+        moved = (2 + WRITE_ALLOCATE) * self.src.numel() * 4
         return Machine(
             name=f"this CPU, {threads} thread{'s' if threads > 1 else ''}",
             peak=2 * self.n**3 / matmul_seconds,
             bandwidth=moved / copy_seconds,
-            source=f"measured: {moved / 2 / 2**20:.0f} MiB copy and fp32 {self.n}^3 matmul, medians",
+            source=f"measured: {self.src.numel() * 4 / 2**20:.0f} MiB copy (write-allocate counted) and "
+            f"fp32 {self.n}^3 matmul, medians",
         )
 
 
@@ -402,12 +421,10 @@ def _sample(fn: Callable[[], object], min_seconds: float = 0.02) -> float:
 
 
 # How far measured and predicted times may differ on this book's CPUs, either way.  Measured on a
-# shared 2-core AMD EPYC at load averages of 5 to 9 (one thread; medians of 7 interleaved rounds;
-# 24 runs): the add came within 0.65-1.50 of its prediction, the non-square matmul within 0.71-1.42.
-# The fused AdamW step ran at 0.48-0.85 of its prediction: it overwrites what it has just read,
-# while the copy probe, like any store to memory not yet in cache, first reads each line it writes
-# (write-allocate), so the probe's bandwidth counts 2 bytes for 3 moved.  On two threads the shared
-# cores made the matmul ratio fall to 0.41-0.63: measure on one.
+# shared 2-core AMD EPYC at load averages of 5 to 9 (one thread; medians of 7 interleaved rounds).
+# Before write-allocate was counted, the in-place AdamW step ran at 0.48-0.85 of its prediction (the
+# copy probe's bandwidth counted 2 bytes for 3 moved); with it counted, see the chapter's figures.
+# On two threads the shared cores made the matmul ratio fall to 0.41-0.63: measure on one.
 CPU_TOLERANCE = 2.0
 
 
@@ -464,7 +481,7 @@ def check_cpu_roofline(
     param.grad = torch.randn(adamw_params, generator=gen) * 1e-3
     opt = torch.optim.AdamW([param], lr=1e-4, fused=True)  # one pass over p, g, m, v: the counted traffic
     ops = {
-        "add": (add(add_elements), lambda: torch.add(x, y, out=z)),
+        "add": (on_a_cpu(add(add_elements), 4 * add_elements), lambda: torch.add(x, y, out=z)),
         "adamw": (adamw_step(adamw_params), opt.step),
         "matmul": (matmul(m, k, n, itemsize=4), lambda: torch.mm(a, b, out=c)),
     }

@@ -266,6 +266,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale, block_m: int, block_n: int, traffic: Optional[Traffic]):
+        """The forward kernel; saves Q, K, V, O and one log-sum-exp per row for the backward pass."""
         b, h, t, d, scale = _check(q, k, v, scale)
         bm, bn = (
             check_block(name, x, minimum=16, maximum=256) for name, x in (("block_m", block_m), ("block_n", block_n))
@@ -284,6 +285,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        """Delta = rowsum(dO * O), then dK and dV per key block and dQ per query block, P recomputed from the LSE."""
         q, k, v, o, lse = ctx.saved_tensors
         b, h, t, d, causal, scale, bm, bn, traffic = ctx.args
         do = do.contiguous()

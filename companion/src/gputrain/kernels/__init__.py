@@ -29,13 +29,14 @@ from .attention import (
 )
 from .checks import KernelInputError
 from .fp8_gemm import fp8_gemm, fp8_gemm_read_bytes, fp8_linear
-from .launch import HAVE_TRITON, KernelUnavailable, interpreted, kernel_device, launch, mode
+from .launch import HAVE_TRITON, WHY_NOT, KernelUnavailable, interpreted, kernel_device, launch, mode
 from .matmul import largest_square_tile, matmul, naive_matmul, tile_smem_bytes, tiled_read_bytes
 from .softmax import softmax, softmax_unfused
 from .traffic import Bytes, Traffic
 
 __all__ = [
     "HAVE_TRITON",
+    "WHY_NOT",
     "Bytes",
     "FlashAttention",
     "KernelInputError",

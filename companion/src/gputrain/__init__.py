@@ -12,13 +12,33 @@ see the code a chapter runs without leaving the notebook.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from importlib.metadata import PackageNotFoundError, version
 
-from .device import info, info_line, package_version, pick, preset
-
-__version__ = package_version()  # from the installed package's metadata (companion/pyproject.toml)
+try:  # from the installed package's metadata (companion/pyproject.toml)
+    __version__ = version("gputrain")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = ["__version__", "info", "info_line", "pick", "preset", "show"]
+_FROM_DEVICE = ("info", "info_line", "pick", "preset")
+
+
+def __getattr__(name: str):
+    """``gt.preset`` and friends, imported on first use: ``import gputrain`` alone does not import torch.
+
+    The command line answers a typo at once because of this (see :mod:`gputrain.cli_spec`).
+    """
+    if name in _FROM_DEVICE:
+        value = getattr(importlib.import_module(".device", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gputrain' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FROM_DEVICE))
 
 
 def show(obj) -> None:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -110,6 +111,7 @@ def _cmd_info(args) -> int:
 def _cmd_train(args) -> int:
     from .train import TrainingDiverged, preset_config, summary_line, train
     from .train.checkpoint import SaveError, list_checkpoints
+    from .train.loop import interrupt_line
     from .train.resume import finished, resume_config
 
     overrides = _given(args, TRAIN_CONFIG)
@@ -144,15 +146,10 @@ def _cmd_train(args) -> int:
         where = f"the last checkpoint is {str(kept[-1])!r}" if kept else "no checkpoint was written"
         print(f"gputrain train: stopped at once ({exc or 'interrupted'}); {where}", file=sys.stderr)
         return 130
-    if result.interrupted:
-        saved = (
-            f"saved checkpoint {str(result.checkpoint)!r}; continue with --resume-from {result.checkpoint.parent}"
-            if result.checkpoint
-            else "nothing saved (no --checkpoint-dir)"
-        )
-        if result.is_main_process:
-            print(f"gputrain train: {result.interrupted}: stopped after step {result.steps}; {saved}", file=sys.stderr)
-        return 128 + {"SIGINT": 2, "SIGTERM": 15}[result.interrupted]
+    if result.interrupted:  # one line naming the checkpoint (train() printed it already when progress is on)
+        if result.is_main_process and not cfg.progress:
+            print(f"gputrain train: {interrupt_line(result)}", file=sys.stderr)
+        return 128 + signal.Signals[result.interrupted].value
     if not (args.quiet or cfg.progress) and result.is_main_process:
         if result.resumed_step:
             print(f"Resumed from step {result.resumed_step} of {cfg.max_steps}")

@@ -592,7 +592,7 @@ class _Run:
             nothing_to_do=self.nothing_to_do,
         )
         if cfg.progress and not self.nothing_to_do:
-            self.accelerator.print(summary_line(result))
+            self.accelerator.print(interrupt_line(result) if self.interrupted else summary_line(result))
         AcceleratorState._reset_state(reset_partial_state=False)  # leave no settings behind for the next run
         GradientState._reset_state()
         return result
@@ -611,3 +611,13 @@ def summary_line(result: TrainResult) -> str:
         f"trained {result.steps} steps ({result.epochs:.2f} epochs) in {result.seconds:.1f} s: "
         f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}{val}, {result.tokens_per_s:,.0f} tokens/s{where}"
     )
+
+
+def interrupt_line(result: TrainResult) -> str:
+    """One line about a run a signal ended: the step it finished and the checkpoint that holds it."""
+    saved = (
+        f"saved checkpoint {str(result.checkpoint)!r}; continue with --resume-from {result.checkpoint.parent}"
+        if result.config.checkpoint_dir and result.checkpoint
+        else "nothing saved (no checkpoint_dir)"
+    )
+    return f"{result.interrupted}: stopped after step {result.steps}; {saved}"

@@ -245,13 +245,15 @@ def _flag_text(name: str, value) -> str:
     return f"{flag} {value}"
 
 
-def _check_bench_args(args, out: str) -> None:
+def _check_bench_args(args, out: Optional[str]) -> None:
     """Every bench flag checked before the ladder runs: counts, and the JSON file's folder probed for writing."""
     from .train.rundir import probe_directory, remove_created
 
     for flag, value in (("--loop-steps", args.loop_steps), ("--loop-rounds", args.loop_rounds)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    if out is None:  # a dry run writes nothing
+        return
     if Path(out).is_dir():
         raise ValueError(f"--out {out} is a directory; name a JSON file, e.g. --out {Path(out) / 'ladder.json'}")
     remove_created(probe_directory("--out", Path(out).parent))  # writable? then leave nothing behind
@@ -266,11 +268,11 @@ def _cmd_bench(args) -> int:
     name = args.preset or preset()
     overrides = _given(args, LADDER_CONFIG)
     cfg = ladder_config(name, **overrides)  # validates: ValueError on a bad field
+    out = args.out or str(Path(args.out_dir) / f"ladder{'' if name == 'gpu' else '_cpu'}.json")
+    _check_bench_args(args, None if args.dry_run else out)
     if args.dry_run:
         print(plan(cfg))
         return 0
-    out = args.out or str(Path(args.out_dir) / f"ladder{'' if name == 'gpu' else '_cpu'}.json")
-    _check_bench_args(args, out)
     command = " ".join(["gputrain bench", f"--preset {name}", *(_flag_text(k, v) for k, v in overrides.items())])
     result = run_ladder(cfg, out=out, command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result.table())

@@ -315,8 +315,11 @@ def train(
     ``model(x, y)`` must return ``(output, mean loss)`` (wrap a plain model in
     :class:`~gputrain.train.WithLoss`).  ``batch_hook(step, (x, y))`` may
     replace each micro-batch: chapter 6 corrupts one with it and augments
-    images on the fly.  Every bad input (config, data, checkpoint) raises
-    before anything is written.  Chapter 6 explains every line.
+    images on the fly.  Every bad input (config, data, checkpoint, a directory
+    that cannot be written or that another run holds) raises before anything
+    is written.  Ctrl-C or SIGTERM ends the run after the current step with a
+    checkpoint (``result.interrupted`` names the signal); a second one stops
+    it at once.  Chapter 6 explains every line.
     """
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
     with matmuls:

@@ -19,6 +19,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Optional
 
+from ..results import first_line
 from .checkpoint import CHECKPOINT_FORMAT, CheckpointError, corrupt, find_checkpoint
 from .config import TrainConfig
 
@@ -73,7 +74,7 @@ def stored_run(path) -> tuple[Path, int, dict, dict]:
         with safe_open(path / "trainer.safetensors", framework="pt") as f:
             meta = json.loads((f.metadata() or {})["gputrain"])
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
-        raise corrupt(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise corrupt(path, first_line(exc)) from None
     return path, int(manifest["step"]), meta.get("run", {}).get("config") or {}, meta.get("progress", {})
 
 

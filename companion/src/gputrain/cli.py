@@ -256,7 +256,7 @@ def _check_bench_args(args, out: Optional[str]) -> None:
         return
     if Path(out).is_dir():
         raise ValueError(f"--out {out} is a directory; name a JSON file, e.g. --out {Path(out) / 'ladder.json'}")
-    remove_created(probe_directory("--out", Path(out).parent))  # writable? then leave nothing behind
+    remove_created(probe_directory("the folder of --out", Path(out).parent))  # writable? then leave nothing behind
 
 
 def _cmd_bench(args) -> int:

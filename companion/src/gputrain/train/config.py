@@ -350,5 +350,6 @@ def _directory_error(directory: Path) -> ValueError:
     suffix, count = Counter(p.suffix for p in files).most_common(1)[0]
     pattern = str(directory / "**" / f"*{suffix}")
     return ValueError(
-        f"data={str(directory)!r} is a directory; pass its files with a glob: --data '{pattern}' ({count} files)"
+        f"data={str(directory)!r} is a directory; pass its files with a glob: --data '{pattern}' "
+        f"({count} file{'s' if count > 1 else ''})"
     )

@@ -290,6 +290,14 @@ def test_a_typo_is_answered_before_torch_is_imported():
     assert "unrecognized arguments: --max-stpes" in out.stderr and "invalid choice: 'adamx'" in out.stderr
 
 
+def test_import_gputrain_is_light_and_its_names_still_work():
+    """`import gputrain` used to import torch (through device.py); the chapters' `gt.device...` must still work."""
+    code = "import sys, gputrain as gt; light = 'torch' not in sys.modules; "
+    code += "print(light, gt.preset() in ('cpu', 'gpu'), callable(gt.device.median_seconds), gt.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "True", "True", version("gputrain")], out.stderr[-2000:]
+
+
 def test_the_cli_reads_the_same_flags_as_the_imported_code():
     """cli_spec reads the source without importing it; the imported dataclasses and tables must agree."""
     import dataclasses

@@ -26,14 +26,21 @@ _FROM_DEVICE = ("info", "info_line", "pick", "preset")
 
 
 def __getattr__(name: str):
-    """``gt.preset`` and friends, imported on first use: ``import gputrain`` alone does not import torch.
+    """``gt.preset`` and friends, and submodules (``gt.device``), imported on first use.
 
-    The command line answers a typo at once because of this (see :mod:`gputrain.cli_spec`).
+    ``import gputrain`` alone does not import torch: the command line answers
+    a typo at once because of this (see :mod:`gputrain.cli_spec`).
     """
     if name in _FROM_DEVICE:
         value = getattr(importlib.import_module(".device", __name__), name)
         globals()[name] = value
         return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the submodule exists but something it imports does not
     raise AttributeError(f"module 'gputrain' has no attribute {name!r}")
 
 

@@ -94,7 +94,7 @@ def test_resume_never_unpickles(tmp_path, monkeypatch):
     monkeypatch.setattr(pickle, "loads", refuse)
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(torch, "load", refuse)
-    resumed = T.train(cfg(max_steps=8, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path)))
+    resumed = T.train(cfg(max_steps=8, schedule_steps=6, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path)))
     assert resumed.steps == 8
 
 
@@ -147,8 +147,8 @@ def test_corrupt_checkpoint_is_one_clear_error_and_nothing_is_overwritten(tmp_pa
     else:
         target.write_text("{not json")
     before = snapshot(tmp_path)
-    with pytest.raises(C.CheckpointError, match="is corrupt or incomplete .*resume from an earlier checkpoint") as err:
-        T.train(cfg(max_steps=8, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path)))
+    with pytest.raises(C.CheckpointError, match="is corrupt or incomplete .*no earlier checkpoint is left") as err:
+        T.train(cfg(max_steps=8, schedule_steps=4, checkpoint_dir=str(tmp_path), resume_from=str(tmp_path)))
     assert "\n" not in str(err.value)
     assert snapshot(tmp_path) == before
 
@@ -166,7 +166,7 @@ def test_a_fresh_run_never_overwrites_another_runs_checkpoints(tmp_path):
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match="already holds another run's files; pass --resume-from"):
         T.train(cfg(max_steps=4, checkpoint_dir=str(tmp_path)))
-    with pytest.raises(ValueError, match="log_dir=.* already holds another run's files"):
+    with pytest.raises(ValueError, match="log_dir=.* already holds another run's metrics.csv; choose an empty"):
         T.train(cfg(max_steps=4, log_dir=str(tmp_path / "log")))
     assert snapshot(tmp_path) == before
 

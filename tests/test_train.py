@@ -35,9 +35,9 @@ def small(**overrides) -> T.TrainConfig:
 
 
 def test_every_field_has_a_help_comment():
-    from gputrain.cli import _field_help
+    from gputrain.cli_spec import config_fields
 
-    helps = _field_help(T.TrainConfig)
+    helps = {f.name: f.help for f in config_fields("gputrain.train.config", "TrainConfig")}
     assert [f.name for f in dataclasses.fields(T.TrainConfig) if not helps.get(f.name)] == []
 
 

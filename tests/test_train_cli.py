@@ -178,10 +178,18 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
 
 def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):
     """accelerate launch --mixed_precision sets ACCELERATE_MIXED_PRECISION; gputrain train honours it."""
+    import types
+
+    import gputrain.train
     from gputrain import cli
 
     seen = []
-    monkeypatch.setattr(cli, "train", lambda cfg: seen.append(cfg.mixed_precision))
+
+    def fake(cfg):  # the command imports train() when it runs: replace it where it comes from
+        seen.append(cfg.mixed_precision)
+        return types.SimpleNamespace(interrupted=None, is_main_process=True)
+
+    monkeypatch.setattr(gputrain.train, "train", fake)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--quiet"]) == 0
     assert cli.main(["train", "--max-steps", "1", "--warmup-steps", "0", "--mixed-precision", "no", "--quiet"]) == 0

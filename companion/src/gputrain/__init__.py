@@ -12,21 +12,40 @@ see the code a chapter runs without leaving the notebook.
 
 from __future__ import annotations
 
+import importlib
 import inspect
-import os
+from importlib.metadata import PackageNotFoundError, version
 
-import torch
-
-from .device import info, info_line, package_version, pick, preset
-
-# Chapter 11's Triton kernels run in Triton's interpreter where there is no GPU to compile for. The switch
-# must be on before triton.language is first imported (torch.compile imports it too), so it is set here.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-__version__ = package_version()  # from the installed package's metadata (companion/pyproject.toml)
+try:  # from the installed package's metadata (companion/pyproject.toml)
+    __version__ = version("gputrain")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = ["__version__", "info", "info_line", "pick", "preset", "show"]
+_FROM_DEVICE = ("info", "info_line", "pick", "preset")
+
+
+def __getattr__(name: str):
+    """``gt.preset`` and friends, and submodules (``gt.device``), imported on first use.
+
+    ``import gputrain`` alone does not import torch: the command line answers
+    a typo at once because of this (see :mod:`gputrain.cli_spec`).
+    """
+    if name in _FROM_DEVICE:
+        value = getattr(importlib.import_module(".device", __name__), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the submodule exists but something it imports does not
+    raise AttributeError(f"module 'gputrain' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FROM_DEVICE))
 
 
 def show(obj) -> None:

@@ -1,41 +1,25 @@
 """Command line: ``gputrain info | train | sample | eval | memory | bench``; also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
-code 2, and nothing written.
+code 2, and nothing written.  The parser is built without importing torch
+(:mod:`gputrain.cli_spec` reads the flags from the source), so a typo is
+answered at once; each command imports what it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import inspect
 import json
+import math
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .bench import COMPILE_SCOPES, LadderConfig, ladder_config, plan, run_ladder
-from .device import info, preset
-from .memory import ACTIVATION_MODELS, GPT2_SMALL, GPT3_175B, OPTIMIZER_STATES, RECIPES, estimate
-from .moe import BALANCES, ROUTERS
-from .results import read_result, write_result
-from .train import (
-    MIXED_PRECISION,
-    OPTIMIZERS,
-    PRESETS,
-    SCHEDULES,
-    CheckpointError,
-    TrainConfig,
-    TrainingDiverged,
-    evaluate_text,
-    preset_config,
-    sample,
-    summary_line,
-    train,
-)
-from .train.overhead import loop_overhead
+from . import __version__
+from . import cli_spec as spec
 
 EXIT_USAGE = 2
 
@@ -45,6 +29,14 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Given(argparse.Action):
+    """Store the value and remember that the flag was given (``--preset`` means nothing to a resume)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.preset_given = True
 
 
 def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
@@ -58,38 +50,54 @@ def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _field_help(cls) -> dict[str, str]:
-    """The one-line comment after each dataclass field, used as the flag's help."""
-    pattern = re.compile(r"^\s+(\w+):[^#\n]*#\s*(.+)$", re.M)
-    return dict(pattern.findall(inspect.getsource(cls)))
-
-
-# fields whose value is a name from one of the package's tables: the flag offers exactly those
+# the dataclasses whose fields are flags, and the tables whose names a flag offers: (module, name)
+TRAIN_CONFIG = ("gputrain.train.config", "TrainConfig")
+LADDER_CONFIG = ("gputrain.bench", "LadderConfig")
 CHOICES = {
-    "optimizer": OPTIMIZERS,
-    "schedule": SCHEDULES,
-    "mixed_precision": MIXED_PRECISION,
-    "compile_scope": COMPILE_SCOPES,
-    "router": ROUTERS,
-    "balance": BALANCES,
+    "optimizer": ("gputrain.train.components", "OPTIMIZERS"),
+    "schedule": ("gputrain.train.components", "SCHEDULES"),
+    "mixed_precision": ("gputrain.train.components", "MIXED_PRECISION"),
+    "compile_scope": ("gputrain.bench", "COMPILE_SCOPES"),
+    "router": ("gputrain.moe", "ROUTERS"),
+    "balance": ("gputrain.moe", "BALANCES"),
 }
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
-    helps = _field_help(cls)
-    for f in dataclasses.fields(cls):
+def _names(module: str, table: str) -> list[str]:
+    return spec.table_names(module, table)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, config: tuple[str, str]) -> None:
+    """One flag per field of the dataclass ``config``, grouped under the comment lines that open its sections."""
+    groups: dict[Optional[str], object] = {}
+    for f in spec.config_fields(*config):
+        if f.section not in groups:
+            title, _, about = (f.section or "").partition(": ")
+            groups[f.section] = parser.add_argument_group(title, about or None) if f.section else parser
+        group = groups[f.section]
         flag = "--" + f.name.replace("_", "-")
-        kind = type(f.default)
-        help_text = f"{helps.get(f.name, '')} (default: {f.default})"
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        help_text = f"{f.help} (default: {f.default})"
+        if f.kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in CHOICES:
-            parser.add_argument(flag, choices=list(CHOICES[f.name]), default=None, help=help_text)
+            group.add_argument(flag, choices=_names(*CHOICES[f.name]), default=None, help=help_text)
         else:
-            parser.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text)
+            group.add_argument(flag, type=f.kind, default=None, metavar=f.kind.__name__.upper(), help=help_text)
+
+
+def _given(args, config: tuple[str, str]) -> dict:
+    """The fields of ``config`` given on the command line (flags left out are None)."""
+    return {f.name: getattr(args, f.name) for f in spec.config_fields(*config) if getattr(args, f.name) is not None}
+
+
+def _rank_zero() -> bool:
+    """Whether this process prints the run's lines (under accelerate launch / torchrun only rank 0 does)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _cmd_info(args) -> int:
+    from .device import info
+
     data = info()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -101,26 +109,57 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    overrides = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None
-    }
-    launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by accelerate launch --mixed_precision
-    if "mixed_precision" not in overrides and launcher_precision:
-        overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
+    from .train import TrainingDiverged, preset_config, summary_line, train
+    from .train.checkpoint import SaveError, list_checkpoints
+    from .train.loop import interrupt_line
+    from .train.resume import finished, resume_config
+
+    overrides = _given(args, TRAIN_CONFIG)
+    say = print if _rank_zero() and not args.quiet else (lambda *a, **k: None)
     if args.quiet and "progress" not in overrides:
         overrides["progress"] = False
-    cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
+    launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by accelerate launch --mixed_precision
+    if overrides.get("resume_from"):  # the run's settings come from its checkpoint; flags change only what is safe
+        if args.preset_given:
+            say(f"--preset {args.preset}: ignored, a resumed run keeps the settings its checkpoint holds")
+        cfg, notes, step, progress = resume_config(overrides)
+        done = finished(cfg, step, progress)
+        if done:
+            say(f"nothing to do: checkpoint {args.resume_from!r} is {done}")
+            return 0
+        if launcher_precision and "mixed_precision" not in overrides and launcher_precision != cfg.mixed_precision:
+            say(f"mixed_precision: keeping the checkpoint's {cfg.mixed_precision!r} (the launcher asks for "
+                f"{launcher_precision!r}; pass --mixed-precision to change it)")  # fmt: skip
+        for note in notes:
+            say(note)
+    else:
+        if "mixed_precision" not in overrides and launcher_precision:
+            overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
+        cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
     try:
         result = train(cfg)  # with progress on, it prints its own summary line on the main process
-    except TrainingDiverged as exc:  # not a usage error: the run itself went wrong
+    except (TrainingDiverged, SaveError) as exc:  # not a usage error: the run itself went wrong
         print(f"gputrain train: stopped: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:  # a second Ctrl-C (or one before the first step)
+        kept = list_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else []
+        where = f"the last checkpoint is {str(kept[-1])!r}" if kept else "no checkpoint was written"
+        print(f"gputrain train: stopped at once ({exc or 'interrupted'}); {where}", file=sys.stderr)
+        return 130
+    if result.interrupted:  # one line naming the checkpoint (train() printed it already when progress is on)
+        if result.is_main_process and not cfg.progress:
+            print(f"gputrain train: {interrupt_line(result)}", file=sys.stderr)
+        return 128 + signal.Signals[result.interrupted].value
     if not (args.quiet or cfg.progress) and result.is_main_process:
+        if result.resumed_step:
+            print(f"Resumed from step {result.resumed_step} of {cfg.max_steps}")
         print(summary_line(result))
     return 0
 
 
 def _cmd_sample(args) -> int:
+    from .train import sample
+
     print(
         sample(
             args.checkpoint,
@@ -135,6 +174,8 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    from .train import evaluate_text
+
     r = evaluate_text(
         args.checkpoint,
         args.data,
@@ -147,15 +188,33 @@ def _cmd_eval(args) -> int:
     else:
         print(
             f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
-            f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']})"
+            f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']}; "
+            f"{r['batches']})"
         )
     return 0
 
 
+def _check_memory_args(args, shapes: dict) -> None:
+    """Sizes ``estimate`` would take but cannot mean: not finite, not positive, or beyond the model's context."""
+    examples = {"--params": "7e9", "--batch-size": "8", "--seq-len": "1024"}
+    for flag, value in (("--params", args.params), ("--batch-size", args.batch_size), ("--seq-len", args.seq_len)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag} must be a finite number > 0, got {value}; e.g. {flag} {examples[flag]}")
+    if args.model and args.seq_len is not None and args.seq_len > shapes[args.model].block_size:
+        context = shapes[args.model].block_size
+        raise ValueError(
+            f"--seq-len {args.seq_len} exceeds the context of {args.model} ({context} tokens); "
+            f"use --seq-len {context} or less"
+        )
+
+
 def _cmd_memory(args) -> int:
+    from .memory import GPT2_SMALL, GPT3_175B, estimate
+
     shapes = {"gpt2-small": GPT2_SMALL, "gpt3-175b": GPT3_175B}
     if args.model is not None and args.params is not None:
         raise ValueError("give either --params or --model, not both")
+    _check_memory_args(args, shapes)
     model = shapes[args.model] if args.model else (args.params if args.params is not None else 175e9)
     e = estimate(
         model,
@@ -186,16 +245,34 @@ def _flag_text(name: str, value) -> str:
     return f"{flag} {value}"
 
 
+def _check_bench_args(args, out: Optional[str]) -> None:
+    """Every bench flag checked before the ladder runs: counts, and the JSON file's folder probed for writing."""
+    from .train.rundir import probe_directory, remove_created
+
+    for flag, value in (("--loop-steps", args.loop_steps), ("--loop-rounds", args.loop_rounds)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if out is None:  # a dry run writes nothing
+        return
+    if Path(out).is_dir():
+        raise ValueError(f"--out {out} is a directory; name a JSON file, e.g. --out {Path(out) / 'ladder.json'}")
+    remove_created(probe_directory("the folder of --out", Path(out).parent))  # writable? then leave nothing behind
+
+
 def _cmd_bench(args) -> int:
+    from .bench import ladder_config, plan, run_ladder
+    from .device import preset
+    from .results import read_result, write_result
+    from .train.overhead import loop_overhead
+
     name = args.preset or preset()
-    overrides = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(LadderConfig) if getattr(args, f.name) is not None
-    }
+    overrides = _given(args, LADDER_CONFIG)
     cfg = ladder_config(name, **overrides)  # validates: ValueError on a bad field
+    out = args.out or str(Path(args.out_dir) / f"ladder{'' if name == 'gpu' else '_cpu'}.json")
+    _check_bench_args(args, None if args.dry_run else out)
     if args.dry_run:
         print(plan(cfg))
         return 0
-    out = args.out or str(Path(args.out_dir) / f"ladder{'' if name == 'gpu' else '_cpu'}.json")
     command = " ".join(["gputrain bench", f"--preset {name}", *(_flag_text(k, v) for k, v in overrides.items())])
     result = run_ladder(cfg, out=out, command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result.table())
@@ -223,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gputrain",
         description="Companion of 'How a GPU Trains AI': inspect the machine, train a GPT, sample and evaluate it.",
     )
+    parser.add_argument("--version", action="version", version=f"gputrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
 
     _add_info(sub)
@@ -256,17 +334,23 @@ def _add_memory(sub) -> None:
     p_mem.add_argument("--batch-size", type=int, default=1, help="micro-batch per GPU (default: 1)")
     p_mem.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the context)")
     p_mem.add_argument(
-        "--precision", default="bf16-mixed", choices=list(RECIPES), help="precision recipe (default: bf16-mixed)"
+        "--precision",
+        default="bf16-mixed",
+        choices=_names("gputrain.memory", "RECIPES"),
+        help="precision recipe (default: bf16-mixed)",
     )
     p_mem.add_argument(
-        "--optimizer", default="adam", choices=list(OPTIMIZER_STATES), help="whose states to count (default: adam)"
+        "--optimizer",
+        default="adam",
+        choices=_names("gputrain.memory", "OPTIMIZER_STATES"),
+        help="whose states to count (default: adam)",
     )
     p_mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     p_mem.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
     p_mem.add_argument(
         "--activation-model",
-        choices=list(ACTIVATION_MODELS),
+        choices=_names("gputrain.memory", "ACTIVATION_MODELS"),
         default="korthikanti",
         help="our GPT's saved tensors or Korthikanti et al.'s formula (default)",
     )
@@ -278,16 +362,24 @@ def _add_train(sub) -> None:
     p_train = sub.add_parser(
         "train",
         help="train a GPT on the offline corpus",
-        description="Train a GPT on the offline corpus. Every TrainConfig field is a flag.",
+        description="Train a GPT on the offline corpus. Every TrainConfig field is a flag. "
+        "With --resume-from the run continues with the settings its checkpoint holds: a flag may change "
+        "how it is watched and saved (more --max-steps, another --log-dir, the eval cadence); a change of "
+        "what it computes (data, batch, learning rate ...) needs --allow-config-change. A larger --max-steps "
+        "keeps the checkpoint's schedule (it sets --schedule-steps to the old length: the extra steps run at "
+        "the schedule's final rate); pass --schedule-steps N --allow-config-change to stretch it instead. "
+        "Ctrl-C or SIGTERM stops after the current step and saves a checkpoint; a second Ctrl-C stops at once.",
     )
     p_train.add_argument(
         "--preset",
-        choices=list(PRESETS),
+        choices=_names("gputrain.train.config", "PRESETS"),
         default="tiny",
-        help="starting configuration; the flags below override its fields",
+        action=_Given,
+        help="starting configuration; the flags below override its fields (not used with --resume-from)",
     )
     p_train.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
-    _add_config_flags(p_train, TrainConfig)
+    p_train.set_defaults(preset_given=False)
+    _add_config_flags(p_train, TRAIN_CONFIG)
     p_train.set_defaults(func=_cmd_train)
 
 
@@ -310,13 +402,17 @@ def _add_eval(sub) -> None:
     p_eval = sub.add_parser(
         "eval",
         help="loss, perplexity and bits per byte of a checkpoint on held-out text",
-        description="Evaluate a trained GPT. Without --data: its own run's validation split.",
+        description="Evaluate a trained GPT. Without --data: its own run's validation split, read as the run's "
+        "validation pass reads it (its batch size and number of batches), so the loss is the validation loss "
+        "the run logged for these weights; --max-batches and --batch-size read more or less of it.",
     )
     p_eval.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
     p_eval.add_argument("--data", default=None, help="'stdlib', text files 'a.txt,dir/*.py' or 'hf:NAME[:SPLIT]'")
     p_eval.add_argument("--corpus-bytes", type=int, default=400_000, help="read at most this many bytes of --data")
-    p_eval.add_argument("--max-batches", type=int, default=50, help="batches to evaluate (default: 50)")
-    p_eval.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+    p_eval.add_argument(
+        "--max-batches", type=int, default=None, help="batches to evaluate (default: the run's eval_batches)"
+    )
+    p_eval.add_argument("--batch-size", type=int, default=None, help="windows per batch (default: the run's)")
     p_eval.add_argument("--json", action="store_true", help="print as JSON")
     p_eval.set_defaults(func=_cmd_eval)
 
@@ -348,7 +444,7 @@ def _add_bench(sub) -> None:
     )
     p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
     p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
-    _add_config_flags(p_bench, LadderConfig)
+    _add_config_flags(p_bench, LADDER_CONFIG)
     p_bench.set_defaults(func=_cmd_bench)
 
 
@@ -357,7 +453,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(_attach_negative_numbers(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
         print(f"gputrain {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

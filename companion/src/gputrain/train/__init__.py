@@ -16,6 +16,11 @@ Modules, each readable in one sitting:
 * :mod:`~gputrain.train.loop`: ``train`` and its :class:`Progress`;
 * :mod:`~gputrain.train.checkpoint` and :mod:`~gputrain.train.runlog`: what
   a run leaves on disk;
+* :mod:`~gputrain.train.resume`: a resume continues the checkpoint's own
+  configuration, and which changes it may make;
+* :mod:`~gputrain.train.rundir` and :mod:`~gputrain.train.interrupt`: the
+  directories a run probes and locks, and Ctrl-C or SIGTERM ending it with a
+  checkpoint;
 * :mod:`~gputrain.train.generate`: ``sample`` and ``evaluate_text`` on a
   trained checkpoint.
 """

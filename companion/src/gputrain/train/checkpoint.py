@@ -59,6 +59,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: corrupt, from another model shape, or missing."""
 
 
+class SaveError(OSError):
+    """A checkpoint that could not be written (a full disk, a lost mount); nothing partial was left behind."""
+
+
 def _write_file(path: Path, data: bytes) -> None:
     """Write bytes and force them to the disk (fsync) before returning."""
     with open(path, "wb") as f:
@@ -79,9 +83,13 @@ def _fsync_dir(path: Path) -> None:
 def _write_atomic(path: Path, data: bytes) -> None:
     """A single file replaced all-or-nothing: temporary name, fsync, rename."""
     tmp = path.with_name(f".{path.name}.tmp")
-    _write_file(tmp, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SaveError(f"could not write {str(path)!r} ({exc.strerror or exc}); the old file is intact") from None
 
 
 def weights_of(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -140,12 +148,34 @@ def save_checkpoint(
     (optimizer, schedule) so a resume with other ones is refused.
     """
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".step_*.tmp"):  # left behind by a run killed mid-save
-        shutil.rmtree(stale, ignore_errors=True)
     final = checkpoint_path(root, step)
     tmp = root / f".{final.name}.tmp"
-    tmp.mkdir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in [*root.glob(".step_*.tmp"), *root.glob(".step_*.old")]:  # left by a run killed mid-save
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+        _write_checkpoint(tmp, model, optimizer, scheduler, progress, model_config, step, run)
+        if final.exists():  # a checkpoint of this step that a resume from an earlier one is redoing
+            os.rename(final, root / f".{final.name}.old")
+        os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
+        _fsync_dir(root)
+    except OSError as exc:  # a full disk, a lost mount: leave no partial checkpoint, keep the old ones
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = list_checkpoints(root)
+        previous = f"the previous checkpoint {str(kept[-1])!r} is intact" if kept else "no earlier checkpoint exists"
+        raise SaveError(
+            f"could not write checkpoint {final.name} in {str(root)!r} ({exc.strerror or exc}); "
+            f"nothing partial was left and {previous}; free space, then resume with --resume-from {root}",
+        ) from None
+    shutil.rmtree(root / f".{final.name}.old", ignore_errors=True)
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_checkpoint(tmp: Path, model, optimizer, scheduler, progress, model_config, step, run) -> None:
+    """The three files of a checkpoint, each fsynced, into the (temporary) directory ``tmp``."""
     weights, aliases = weights_of(model)
     model_meta = {"format": CHECKPOINT_FORMAT, "aliases": json.dumps(aliases), "model_config": json.dumps(model_config)}
     history = ("losses", "lrs", "grad_norms")  # long float lists: tensors, not JSON
@@ -181,11 +211,6 @@ def save_checkpoint(
     }
     _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
     _fsync_dir(tmp)
-    os.rename(tmp, final)  # atomic: the checkpoint appears complete or not at all
-    _fsync_dir(root)
-    for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def list_checkpoints(directory) -> list[Path]:
@@ -248,10 +273,19 @@ def read_checkpoint(path) -> Checkpoint:
             meta=json.loads(trainer_meta["gputrain"]),
         )
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
-        reason = first_line(exc)
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); resume from an earlier checkpoint"
-        ) from None
+        raise corrupt(path, first_line(exc)) from None
+
+
+def corrupt(path: Path, reason: str) -> CheckpointError:
+    """The error for a checkpoint that fails verification: it names the checkpoint to resume from instead."""
+    step = checkpoint_step(path) if _STEP_DIR.match(path.name) else -1
+    earlier = [p for p in list_checkpoints(path.parent) if checkpoint_step(p) < step]
+    hint = (
+        f"resume from the one before it with --resume-from {earlier[-1]} (the run saves over the corrupt one)"
+        if earlier
+        else "no earlier checkpoint is left: start a fresh run in an empty checkpoint_dir"
+    )
+    return CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); {hint}")
 
 
 def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:

@@ -5,12 +5,16 @@ validates against it and the ``gputrain train`` flags offer its keys as
 choices.  The torch optimizers are what a run should use; the ``scratch-``
 ones are chapter 5's from-scratch classes, so the same GPT can be trained
 with the code the book explains and the curves compared.
+
+A builder receives the run's configuration (a ``TrainConfig``, or anything
+with the fields it reads); this module never imports ``config``, which
+imports it for the tables.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -18,13 +22,12 @@ import torch.nn as nn
 from .. import optim as scratch
 from ..schedule import Multiplier, cyclic, warmup_constant, warmup_cosine, warmup_linear, wsd
 
-if TYPE_CHECKING:  # annotations only: config imports this module for its tables
-    from .config import TrainConfig
+Config = Any  # a TrainConfig: annotated loosely, since config.py imports this module and not the reverse
 
 
 @dataclass(frozen=True)
 class OptimizerChoice:
-    build: Callable[[list[dict], "TrainConfig"], torch.optim.Optimizer]  # (param groups, cfg) -> optimizer
+    build: Callable[[list[dict], Config], torch.optim.Optimizer]  # (param groups, cfg) -> optimizer
     about: str  # one line for --help and the docs
 
 
@@ -71,27 +74,29 @@ OPTIMIZERS: dict[str, OptimizerChoice] = {
 
 @dataclass(frozen=True)
 class ScheduleChoice:
-    build: Callable[["TrainConfig"], Multiplier]  # cfg -> lr multiplier per optimizer step
+    build: Callable[[Config], Multiplier]  # cfg -> lr multiplier per optimizer step (over cfg.schedule_length)
     about: str
 
 
 SCHEDULES: dict[str, ScheduleChoice] = {
     "cosine": ScheduleChoice(
-        lambda c: warmup_cosine(c.max_steps, c.warmup_steps, c.min_lr_ratio),
+        lambda c: warmup_cosine(c.schedule_length, c.warmup_steps, c.min_lr_ratio),
         "warmup, then cosine decay to lr * min_lr_ratio (the default)",
     ),
-    "constant": ScheduleChoice(lambda c: warmup_constant(c.warmup_steps, c.max_steps), "warmup, then flat"),
+    "constant": ScheduleChoice(lambda c: warmup_constant(c.warmup_steps, c.schedule_length), "warmup, then flat"),
     "linear": ScheduleChoice(
-        lambda c: warmup_linear(c.max_steps, c.warmup_steps, c.min_lr_ratio),
+        lambda c: warmup_linear(c.schedule_length, c.warmup_steps, c.min_lr_ratio),
         "warmup, then a straight line down to lr * min_lr_ratio",
     ),
     "wsd": ScheduleChoice(
-        lambda c: wsd(c.max_steps, c.warmup_steps, c.decay_fraction, c.min_lr_ratio),
+        lambda c: wsd(c.schedule_length, c.warmup_steps, c.decay_fraction, c.min_lr_ratio),
         "warmup, stable at lr, linear decay over the last decay_fraction of the steps",
     ),
     "cosine-restarts": ScheduleChoice(
         lambda c: cyclic(
-            c.restart_steps or max(1, (c.max_steps - c.warmup_steps) // 4), c.min_lr_ratio, warmup_steps=c.warmup_steps
+            c.restart_steps or max(1, (c.schedule_length - c.warmup_steps) // 4),
+            c.min_lr_ratio,
+            warmup_steps=c.warmup_steps,
         ),
         "warmup, then cosine cycles of restart_steps that restart at lr (SGDR)",
     ),
@@ -120,11 +125,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
     """``cfg.optimizer`` built over ``model``'s parameters, decay on matrices only."""
     return OPTIMIZERS[cfg.optimizer].build(param_groups(model, cfg.weight_decay), cfg)
 
 
-def lr_lambda(cfg: TrainConfig) -> Multiplier:
+def lr_lambda(cfg: Config) -> Multiplier:
     """Learning-rate multiplier per optimizer step for ``cfg.schedule``."""
     return SCHEDULES[cfg.schedule].build(cfg)

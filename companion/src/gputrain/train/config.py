@@ -4,13 +4,16 @@ A typed keyword-only dataclass with one comment per field: the comments are
 the ``gputrain train`` flags' help.  It validates itself on construction, so
 a bad value is one clear error before anything runs or is written.
 ``gputrain.train`` re-exports everything here.  The names a choice may take
-(optimizer, schedule, mixed precision) live in :mod:`gputrain.train.components`.
+(optimizer, schedule, mixed precision) live in :mod:`gputrain.train.components`,
+which knows nothing of this module (imports go one way).  The comment line
+above each group of fields is that group's heading in ``gputrain train --help``.
 """
 
 from __future__ import annotations
 
 import glob
 import math
+from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
@@ -37,7 +40,7 @@ class TrainConfig:
     n_head: int = 4  # attention heads per block
     n_embd: int = 64  # width C of the residual stream
     dropout: float = 0.0  # dropout probability in attention and MLP outputs
-    # mixture of experts (chapter 9): n_experts > 0 swaps MLPs for DeepSeekMoE layers
+    # experts (chapter 9): n_experts > 0 swaps the MLPs for DeepSeekMoE layers
     n_experts: int = 0  # routed experts per MoE block (0: a dense model)
     n_shared_experts: int = 1  # always-on shared experts per MoE block
     top_k: int = 2  # routed experts each token uses
@@ -53,10 +56,11 @@ class TrainConfig:
     corpus_bytes: int = 400_000  # at most this many bytes of text are read
     seq_len: int = 0  # tokens per training window T (0: the model's block_size)
     val_fraction: float = 0.1  # trailing share of the text held out for validation
-    # batch
+    seed: int = 1337  # seeds Python, NumPy, torch and the data order
+    # batch and length
     batch_size: int = 32  # sequences per micro-batch, per process
     grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
-    max_steps: int = 200  # optimizer steps to run
+    max_steps: int = 200  # optimizer steps to run; a resume may raise it and keeps its schedule (schedule_steps)
     # optimisation
     optimizer: str = "adamw"  # adamw, adam, sgd, momentum, lion or a scratch- twin (chapter 5)
     lr: float = 3e-3  # peak learning rate
@@ -67,9 +71,10 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # the schedule decays to lr * min_lr_ratio
     decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
     restart_steps: int = 0  # cosine-restarts: steps per cycle (0: a quarter of the steps after warmup)
+    schedule_steps: int = 0  # steps the schedule spans (0: max_steps); steps past it run at its final rate
     weight_decay: float = 0.1  # weight decay on matrices (not biases, norms); decoupled in adamw and lion
     grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
-    # speed and memory
+    # precision, speed and memory
     mixed_precision: str = "no"  # no, bf16, fp16 (CUDA) or fp8 (Hopper + torchao/TE), via Accelerate
     compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
     tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
@@ -84,16 +89,15 @@ class TrainConfig:
     spike_threshold: float = 6.0  # robust z-score above which a loss counts as a spike
     skip_spikes: bool = False  # drop the update of a step whose loss spikes (else only log it)
     max_bad_steps: int = 5  # non-finite steps in a row that stop the run
-    # checkpoints
-    checkpoint_dir: str = ""  # directory for checkpoints ('' writes none)
+    # output: checkpoints, resume and the log; Ctrl-C or SIGTERM saves a checkpoint after the current step
+    checkpoint_dir: str = ""  # directory for checkpoints ('' writes none; a resume keeps saving where it read)
     checkpoint_interval: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    resume_from: str = ""  # checkpoint directory (or a checkpoint_dir: its latest) to continue from
-    # logging
+    resume_from: str = ""  # checkpoint (or checkpoint_dir: its newest) to continue, with the settings it holds
+    allow_config_change: bool = False  # let a resume change what the run computes (data, batch, lr, ...)
     log_dir: str = ""  # directory for metrics.csv ('' writes none)
     tensorboard: bool = False  # also log to TensorBoard in log_dir (needs the tensorboard package)
     progress: bool = True  # progress bar and event messages on the main process
-    seed: int = 1337  # seeds Python, NumPy, torch and the data order
 
     def __post_init__(self) -> None:
         self._check_types()  # first: every later check may compare numbers
@@ -141,6 +145,7 @@ class TrainConfig:
             "checkpoint_interval",
             "seed",
             "restart_steps",
+            "schedule_steps",
             "n_experts",
             "n_shared_experts",
             "expert_hidden",
@@ -162,8 +167,9 @@ class TrainConfig:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds max_steps={self.max_steps}; shorten the warmup")
+        if self.warmup_steps > self.schedule_length:
+            spans = f"schedule_steps={self.schedule_steps}" if self.schedule_steps else f"max_steps={self.max_steps}"
+            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds {spans}; shorten the warmup")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not self.spike_threshold > 0:
@@ -208,6 +214,11 @@ class TrainConfig:
             raise FileNotFoundError(
                 f"resume_from={self.resume_from!r} does not exist; pass a checkpoint directory written by gputrain"
             )
+
+    @property
+    def schedule_length(self) -> int:
+        """Steps the learning-rate schedule spans: ``schedule_steps``, or ``max_steps`` when it is 0."""
+        return self.schedule_steps or self.max_steps
 
     @property
     def window(self) -> int:
@@ -315,11 +326,30 @@ def data_source(cfg: TrainConfig) -> list[Path] | str:
         return cfg.data
     paths: list[Path] = []
     for entry in filter(None, (e.strip() for e in cfg.data.split(","))):
+        if Path(entry).is_dir():
+            raise _directory_error(Path(entry))
         matches = sorted(glob.glob(entry, recursive=True)) if glob.has_magic(entry) else [entry]
         files = [Path(m) for m in matches if Path(m).is_file()]
         if not files:
-            raise FileNotFoundError(f"data file {entry!r} not found; pass existing text files, a glob, or 'stdlib'")
+            what = (
+                f"no file matches data pattern {entry!r}" if glob.has_magic(entry) else f"data file {entry!r} not found"
+            )
+            raise FileNotFoundError(f"{what}; pass existing text files, a glob, or 'stdlib'")
         paths += files
     if not paths:
         raise ValueError("data is empty; pass text files, 'hf:NAME' or 'stdlib'")
     return paths
+
+
+def _directory_error(directory: Path) -> ValueError:
+    """A directory given as data: the glob that reads its files (of the commonest suffix), or that it has none."""
+    hidden = lambda p: any(part.startswith(".") for part in p.relative_to(directory).parts)  # noqa: E731
+    files = [p for p in directory.rglob("*") if p.is_file() and not hidden(p)]
+    if not files:
+        return ValueError(f"data={str(directory)!r} is a directory with no files in it; point --data at text files")
+    suffix, count = Counter(p.suffix for p in files).most_common(1)[0]
+    pattern = str(directory / "**" / f"*{suffix}")
+    return ValueError(
+        f"data={str(directory)!r} is a directory; pass its files with a glob: --data '{pattern}' "
+        f"({count} file{'s' if count > 1 else ''})"
+    )

@@ -87,18 +87,22 @@ def evaluate_text(
     data: Optional[str] = None,
     *,
     corpus_bytes: int = 400_000,
-    max_batches: int = 50,
-    batch_size: int = 16,
+    max_batches: Optional[int] = None,
+    batch_size: Optional[int] = None,
 ) -> dict:
     """Loss (nats per byte), perplexity and bits per byte of a model on held-out text (chapter 6).
 
     Without ``data`` the text is the run's own validation split: the trailing
     ``val_fraction`` of the corpus it trained on, as the checkpoint recorded
     it.  With ``data`` (``'stdlib'``, files, or ``'hf:...'``, as for
-    training) every window of that text counts.  Windows are the model's
-    full context; at most ``max_batches`` batches are read.
+    training) every window of that text counts.  By default the windows,
+    batches and their number are those of the run's validation pass
+    (``seq_len``, ``batch_size``, ``eval_batches``), so on its own split the
+    result is the validation loss the run logged for these weights;
+    ``max_batches`` and ``batch_size`` change that, and ``"batches"`` in the
+    result says which it was.
     """
-    if max_batches < 1 or batch_size < 1:
+    if (max_batches is not None and max_batches < 1) or (batch_size is not None and batch_size < 1):
         raise ValueError("max_batches and batch_size must be >= 1")
     ckpt = None
     if isinstance(checkpoint_or_model, GPT):
@@ -106,25 +110,30 @@ def evaluate_text(
     else:
         model, ckpt = load_model(checkpoint_or_model)
     run_cfg = (ckpt.meta.get("run", {}).get("config") or {}) if ckpt else {}
+    defaults = TrainConfig.__dataclass_fields__  # a model without its run: TrainConfig's defaults
+    run = {k: run_cfg.get(k, defaults[k].default) for k in ("eval_batches", "batch_size", "seq_len", "val_fraction")}
+    window = min(run["seq_len"] or model.cfg.block_size, model.cfg.block_size)
+    as_in_training = max_batches is None and batch_size is None
+    max_batches = run["eval_batches"] if max_batches is None else max_batches
+    batch_size = run["batch_size"] if batch_size is None else batch_size
     source = data or run_cfg.get("data", "stdlib")
     nbytes = run_cfg.get("corpus_bytes", corpus_bytes) if data is None else corpus_bytes
     text = load_text(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
     tokens = ByteTokenizer.encode_tensor(text)  # (N,)
     held_out = "all of it"
     if data is None:
-        tokens = split_tokens(tokens, run_cfg.get("val_fraction", 0.1))[1]
+        tokens = split_tokens(tokens, run["val_fraction"])[1]
         held_out = "the run's validation split"
-    if len(tokens) < model.cfg.block_size + 1:
+    if len(tokens) < window + 1:
         raise ValueError(
-            f"{len(tokens)} tokens of held-out text cannot fill one window of "
-            f"{model.cfg.block_size}; pass more text with --data"
+            f"{len(tokens)} tokens of held-out text cannot fill one window of {window}; pass more text with --data"
         )
-    windows = TokenDataset(tokens, model.cfg.block_size)
-    total, count = 0.0, 0
+    windows = TokenDataset(tokens, window)
+    total, count, batches = 0.0, 0, 0
     for start in range(0, min(len(windows), max_batches * batch_size), batch_size):
         x, y = map(torch.stack, zip(*(windows[i] for i in range(start, min(start + batch_size, len(windows))))))
         _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
-        total, count = total + loss.item() * y.numel(), count + y.numel()
+        total, count, batches = total + loss.item() * y.numel(), count + y.numel(), batches + 1
     loss = total / count
     return {
         "loss": loss,
@@ -133,4 +142,11 @@ def evaluate_text(
         "tokens": count,
         "data": source,
         "held_out": held_out,
+        "batches": f"{batches} batches of {batch_size} windows of {window} tokens{_which(as_in_training, data)}",
     }
+
+
+def _which(as_in_training: bool, data: Optional[str]) -> str:
+    if not as_in_training:
+        return ""
+    return ", as the run's validation pass" if data is None else ", the run's validation settings"

@@ -8,6 +8,7 @@ pure function of (seed, epoch) so a resumed run sees the same batches.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import torch
@@ -56,16 +57,61 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
     text = load_text(cfg)
     if not text:
         raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
+    check_text(text, cfg)
     tokens = ByteTokenizer.encode_tensor(text)  # (N,) one token per UTF-8 byte
     train_tokens, val_tokens = split_tokens(tokens, cfg.val_fraction)
     need = cfg.window + 1
-    for name, part in (("training", train_tokens), ("validation", val_tokens)):
+    for name, part, fraction in (("training", train_tokens, "smaller"), ("validation", val_tokens, "larger")):
         if len(part) < need:
             raise ValueError(
                 f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
-                "use more text, a larger val_fraction, or a smaller seq_len"
+                f"use more text, a {fraction} val_fraction (now {cfg.val_fraction}), or a smaller seq_len"
             )
     return TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
+
+
+# Shares of bytes that are not UTF-8: above the first --data is refused as not text (a binary file), above
+# the second a warning is printed (a few files in another encoding); below it is noise (the stdlib has some)
+MAX_INVALID_UTF8, WARN_INVALID_UTF8 = 0.01, 0.001
+
+
+def check_text(text: str, cfg: TrainConfig) -> None:
+    """Refuse text that is not UTF-8 (a binary file); warn when a noticeable share of its bytes is not.
+
+    The readers replace each invalid byte with U+FFFD, so counting those counts
+    the invalid bytes (the three bytes each U+FFFD encodes to stand for one).
+    """
+    bad = text.count("\ufffd")
+    if not bad:
+        return
+    share = bad / max(1, len(text.encode("utf-8")) - 2 * bad)
+    if share > MAX_INVALID_UTF8:
+        worst = _least_text(cfg)
+        raise ValueError(
+            f"data={cfg.data!r} does not look like text: {share:.0%} of its bytes are not valid UTF-8"
+            f"{worst}; pass text files (UTF-8), not binaries"
+        )
+    if share > WARN_INVALID_UTF8:
+        print(
+            f"gputrain: warning: {share:.2%} of the bytes of data={cfg.data!r} are not valid UTF-8; "
+            "each trains as the replacement character U+FFFD",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _least_text(cfg: TrainConfig) -> str:
+    """`` (most of all in 'x.bin')``: the data file with the largest share of invalid bytes, when files were given."""
+    source = data_source(cfg)
+    if not isinstance(source, list):
+        return ""
+
+    def invalid(path) -> float:
+        data = path.read_bytes()[: cfg.corpus_bytes]
+        return data.decode("utf-8", errors="replace").count("\ufffd") / max(1, len(data))
+
+    worst = max(source, key=invalid)
+    return f" (most of all in {str(worst)!r})" if len(source) > 1 else ""
 
 
 class EpochSampler(Sampler[int]):

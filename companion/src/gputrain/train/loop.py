@@ -8,8 +8,12 @@ runs on a CPU, one GPU, or several processes under ``accelerate launch`` or
 ``torchrun`` (DDP).
 
 Around the step sit the parts a long run needs: a validation pass, early
-stopping that restores the best weights, the step guard, a CSV log, and
-checkpoints written atomically.  A run's position is one :class:`Progress`
+stopping that restores the best weights, the step guard, a CSV log,
+checkpoints written atomically, a resume that continues the checkpoint's own
+run (:mod:`~gputrain.train.resume`), directories probed and locked before the
+first step (:mod:`~gputrain.train.rundir`), and Ctrl-C or SIGTERM ending the
+run after the current step with a checkpoint
+(:mod:`~gputrain.train.interrupt`).  A run's position is one :class:`Progress`
 (saved in every checkpoint); :class:`_Run` holds the run's objects and has
 one method per phase, so each reads in one sitting.
 """
@@ -39,6 +43,7 @@ from ..speed import fp32_matmul
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
+    SaveError,
     best_weights_path,
     check_compatible,
     checkpoint_path,
@@ -55,6 +60,9 @@ from .checkpoint import (
 from .components import lr_lambda, make_optimizer
 from .config import TrainConfig
 from .inputs import EpochSampler, build_data, endless_batches
+from .interrupt import StopSignals, agree
+from .resume import check_resume, finished
+from .rundir import RunDirectories
 from .runlog import RunLog, event_steps
 from .step import Batch, StepGuard, TrainingDiverged, evaluate, train_step
 
@@ -110,8 +118,11 @@ class TrainResult:
     stopped_early: bool = False  # early stopping ended the run
     best_step: int = 0  # step of the best validation loss (0 if never evaluated)
     best_val_loss: float = math.inf
-    checkpoint: Optional[Path] = None  # last checkpoint written
+    checkpoint: Optional[Path] = None  # last checkpoint written (or resumed from, if no step was taken)
     is_main_process: bool = True
+    resumed_step: int = 0  # the step of the checkpoint this run resumed from (0: a fresh run)
+    interrupted: Optional[str] = None  # 'SIGINT' or 'SIGTERM' when a signal ended the run early
+    nothing_to_do: Optional[str] = None  # why a resumed run took no step (it had finished), else None
 
     log_path: Optional[Path] = None  # metrics.csv written (None without a log_dir)
 
@@ -188,45 +199,85 @@ def make_accelerator(cfg: TrainConfig) -> Accelerator:
     return accelerator
 
 
-def check_directories(cfg: TrainConfig, model: nn.Module, model_config: Optional[dict]) -> Optional[Checkpoint]:
-    """Read and verify the checkpoint to resume from, or make sure a fresh run overwrites nothing.
+def check_fresh(cfg: TrainConfig) -> None:
+    """A fresh run never writes over another run's checkpoints or log: one clear error naming what works."""
+    ckpts = list_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else []
+    if ckpts:
+        raise ValueError(
+            f"checkpoint_dir={cfg.checkpoint_dir!r} already holds another run's files; pass "
+            f"--resume-from {cfg.checkpoint_dir} to continue it, or choose an empty directory"
+        )
+    if cfg.log_dir and (Path(cfg.log_dir) / "metrics.csv").exists():
+        raise ValueError(
+            f"log_dir={cfg.log_dir!r} already holds another run's metrics.csv; choose an empty --log-dir, "
+            "or continue that run by passing its checkpoint_dir to --resume-from (it keeps writing this log)"
+        )
+
+
+def read_resume(cfg: TrainConfig, model: nn.Module, model_config: Optional[dict]) -> Checkpoint:
+    """Read and verify the checkpoint to resume from, and check that ``cfg`` may continue it (chapter 6).
 
     Called before anything is written: every problem is one clear error.
     """
-    if not cfg.resume_from:
-        for what, directory, name in (
-            ("checkpoint_dir", cfg.checkpoint_dir, None),
-            ("log_dir", cfg.log_dir, "metrics.csv"),
-        ):
-            if directory and (list_checkpoints(directory) if name is None else (Path(directory) / name).exists()):
-                raise ValueError(
-                    f"{what}={directory!r} already holds another run's files; pass "
-                    f"--resume-from {directory} to continue it, or choose an empty directory"
-                )
-        return None
     ckpt = read_checkpoint(cfg.resume_from)
     check_compatible(ckpt, model, model_config)
-    for name in ("optimizer", "schedule"):
-        saved = ckpt.meta.get("run", {}).get(name)
-        if saved is not None and saved != getattr(cfg, name):
+    run = ckpt.meta.get("run", {})
+    for name in ("optimizer", "schedule"):  # checkpoints written without their config name these two
+        saved = run.get(name)
+        if not run.get("config") and saved is not None and saved != getattr(cfg, name):
             raise CheckpointError(
                 f"checkpoint {str(ckpt.path)!r} was trained with {name}={saved!r}, this run "
                 f"asks for {getattr(cfg, name)!r}; resume with --{name} {saved}"
             )
-    later = (
-        [p for p in list_checkpoints(cfg.checkpoint_dir) if checkpoint_step(p) > ckpt.step]
-        if cfg.checkpoint_dir
-        else []
-    )
+    later = []
+    if cfg.checkpoint_dir:  # a corrupt newer checkpoint does not count: the run saves over it
+        later = [p for p in list_checkpoints(cfg.checkpoint_dir) if checkpoint_step(p) > ckpt.step and _readable(p)]
     if later:
         raise CheckpointError(
             f"{str(later[-1])!r} is newer than the checkpoint to resume from; "
-            "resume from the newest checkpoint or write to a fresh checkpoint_dir"
+            f"resume from it (--resume-from {later[-1].parent}) or write to a fresh --checkpoint-dir"
         )
+    check_resume(cfg, run.get("config") or {}, ckpt.path)
     best_path = best_weights_path(ckpt.path.parent)
     if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
         raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
     return ckpt
+
+
+def _readable(path: Path) -> bool:
+    """Whether a checkpoint passes verification (a corrupt newer one does not block resuming an older one)."""
+    try:
+        read_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def _claim(dirs: RunDirectories, accelerator: Accelerator) -> None:
+    """Probe and lock the run's directories on the main process; every rank fails together if that fails."""
+    error = None
+    if accelerator.is_main_process:
+        try:
+            dirs.claim()
+        except ValueError as exc:
+            error = exc
+    if not agree(accelerator, error is None):
+        raise error or ValueError("the main process could not claim the run's directories (its error says why)")
+
+
+def _reapply(optimizer, scheduler, fresh: list[dict]) -> None:
+    """After loading a checkpoint, use this run's hyperparameters (``fresh`` groups) rather than the saved ones.
+
+    Only with ``allow_config_change``: the learning rate follows this run's
+    ``lr`` and schedule from the step reached; betas and weight decay are this run's.
+    """
+    for group, new in zip(optimizer.param_groups, fresh):
+        group.update({k: v for k, v in new.items() if k != "lr"})
+    scheduler.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
+    rates = [base * f(scheduler.last_epoch) for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates
 
 
 class BestWeights:
@@ -264,14 +315,18 @@ def train(
     ``model(x, y)`` must return ``(output, mean loss)`` (wrap a plain model in
     :class:`~gputrain.train.WithLoss`).  ``batch_hook(step, (x, y))`` may
     replace each micro-batch: chapter 6 corrupts one with it and augments
-    images on the fly.  Every bad input (config, data, checkpoint) raises
-    before anything is written.  Chapter 6 explains every line.
+    images on the fly.  Every bad input (config, data, checkpoint, a directory
+    that cannot be written or that another run holds) raises before anything
+    is written.  Ctrl-C or SIGTERM ends the run after the current step with a
+    checkpoint (``result.interrupted`` names the signal); a second one stops
+    it at once.  Chapter 6 explains every line.
     """
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
     with matmuls:
         run = _Run.start(cfg, model, train_data, val_data, batch_hook)
         try:
-            run.loop()
+            with StopSignals() as signals:  # Ctrl-C / SIGTERM: finish the step, save, stop
+                run.loop(signals)
         finally:
             run.close()
         return run.result()
@@ -299,15 +354,27 @@ class _Run:
             raise ValueError(
                 f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
                 f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
-                "use more text or a smaller batch_size"
+                + (f"use more text, a smaller val_fraction (now {cfg.val_fraction}) or " if model_config else "use ")
+                + "a smaller batch_size"
             )
-        ckpt = check_directories(cfg, model, model_config)
-        if cfg.activation_checkpointing:
-            apply_activation_checkpointing(model)
-        return cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook)
+        ckpt = read_resume(cfg, model, model_config) if cfg.resume_from else None
+        done = finished(cfg, ckpt.step, ckpt.meta["progress"]) if ckpt else None
+        dirs = RunDirectories({"checkpoint_dir": cfg.checkpoint_dir, "log_dir": cfg.log_dir})
+        if not done:  # a finished run writes nothing and needs no lock
+            _claim(dirs, accelerator)
+        try:
+            if not ckpt:
+                check_fresh(cfg)  # after the lock: a run still going there is named as such
+            if cfg.activation_checkpointing:
+                apply_activation_checkpointing(model)
+            return cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done)
+        except BaseException:
+            dirs.abandon()  # the locks and the directories the probe made: nothing written
+            raise
 
-    def __init__(self, cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook):
+    def __init__(self, cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done):
         self.cfg, self.accelerator, self.model_config, self.batch_hook = cfg, accelerator, model_config, batch_hook
+        self.dirs, self.nothing_to_do = dirs, done
         optimizer = make_optimizer(model, cfg)
         # The schedule counts optimizer steps.  It is not passed to prepare():
         # Accelerate would step it once per process per step.
@@ -315,7 +382,10 @@ class _Run:
         self.progress = Progress()
         if ckpt:  # everything validated: now apply it
             load_weights(model, ckpt.weights, ckpt.aliases)
+            fresh = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
             self.progress = Progress.from_dict(load_trainer_state(ckpt, optimizer, self.scheduler))
+            if cfg.allow_config_change:  # this config's hyperparameters, not the checkpoint's
+                _reapply(optimizer, self.scheduler, fresh)
         self.best = BestWeights(cfg, self.progress, ckpt)
         train_loader = DataLoader(
             train_data,
@@ -339,17 +409,24 @@ class _Run:
         self.guard.bad_in_row = self.progress.bad_in_row
         if self.guard.detector and self.progress.detector:
             self.guard.detector.load_state_dict(self.progress.detector)
-        self.log = self._open_log()
-        self.show = cfg.progress and accelerator.is_main_process
+        self.log = self._open_log(ckpt.step if ckpt else 0)
+        self.show = cfg.progress and accelerator.is_main_process and not done
         self.bar = tqdm(
             total=cfg.max_steps, initial=self.progress.step, disable=not self.show, desc="train", unit="step"
         )
-        self.last_ckpt: Optional[Path] = None
+        self.last_ckpt: Optional[Path] = ckpt.path if ckpt else None
+        self.resumed_step, self.interrupted = (ckpt.step if ckpt else 0), None
         self.stopped_early, self.tokens, self.t0, self.seconds = False, 0, time.perf_counter(), 0.0
+        if done:
+            self.say(f"nothing to do: checkpoint {str(ckpt.path)!r} is {done}")
+        elif ckpt:
+            self.say(f"Resumed from step {ckpt.step} of {cfg.max_steps} (checkpoint {str(ckpt.path)!r})")
 
-    def _open_log(self) -> RunLog:
-        """metrics.csv, with the rows a resumed run restored from its checkpoint written first."""
+    def _open_log(self, resumed_step: int) -> RunLog:
+        """metrics.csv: a resumed run keeps the rows already logged up to its checkpoint (restoring missing ones)."""
         cfg, p = self.cfg, self.progress
+        if self.nothing_to_do:
+            return RunLog(cfg, self.accelerator, [], write=False)
         if cfg.tensorboard:
             self.accelerator.init_trackers(
                 "gputrain", config={k: v for k, v in asdict(cfg).items() if isinstance(v, (int, float, str, bool))}
@@ -368,16 +445,16 @@ class _Run:
             }
             for s, (loss, lr, norm) in enumerate(zip(p.losses, p.lrs, p.grad_norms), 1)
         ]
-        return RunLog(cfg, self.accelerator, rows)
+        return RunLog(cfg, self.accelerator, rows, resumed=bool(resumed_step))
 
     def say(self, message: str) -> None:
         if self.cfg.progress:
             (self.bar.write if self.show else self.accelerator.print)(message)
 
-    def loop(self) -> None:
-        """Steps until ``max_steps`` (or early stopping), then the final checkpoint."""
+    def loop(self, signals: Optional[StopSignals] = None) -> None:
+        """Steps until ``max_steps``, early stopping or a signal (after its step), then the final checkpoint."""
         cfg = self.cfg
-        while self.progress.step < cfg.max_steps:
+        while self.progress.step < cfg.max_steps and not self.nothing_to_do:
             step = self.one_step()
             if cfg.checkpoint_dir and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
                 self.last_ckpt = self.checkpoint()
@@ -386,6 +463,9 @@ class _Run:
                     f"early stop at step {step}: validation loss has not improved for {cfg.patience} "
                     f"evaluations; restoring the weights of step {self.progress.best_step}"
                 )
+                break
+            self.interrupted = signals.agreed(self.accelerator) if signals else None  # the same on every rank
+            if self.interrupted:
                 break
         self.seconds = max(time.perf_counter() - self.t0, 1e-9)
         if cfg.checkpoint_dir and (self.last_ckpt is None or checkpoint_step(self.last_ckpt) != self.progress.step):
@@ -455,26 +535,34 @@ class _Run:
         p, path = self.progress, None
         p.bad_in_row = self.guard.bad_in_row
         p.detector = self.guard.detector.state_dict() if self.guard.detector else None
+        error = None
         if self.accelerator.is_main_process:
-            path = save_checkpoint(
-                self.cfg.checkpoint_dir,
-                p.step,
-                self.accelerator.unwrap_model(self.model),
-                self.optimizer,
-                self.scheduler,
-                p.to_dict(),
-                self.model_config,
-                keep=self.cfg.keep_checkpoints,
-                run={"optimizer": self.cfg.optimizer, "schedule": self.cfg.schedule, "config": asdict(self.cfg)},
-            )
-        self.accelerator.wait_for_everyone()
+            try:
+                path = save_checkpoint(
+                    self.cfg.checkpoint_dir,
+                    p.step,
+                    self.accelerator.unwrap_model(self.model),
+                    self.optimizer,
+                    self.scheduler,
+                    p.to_dict(),
+                    self.model_config,
+                    keep=self.cfg.keep_checkpoints,
+                    run={"optimizer": self.cfg.optimizer, "schedule": self.cfg.schedule, "config": asdict(self.cfg)},
+                )
+            except SaveError as exc:  # a full disk: no partial checkpoint left, the previous one intact
+                error = exc
+        if not agree(self.accelerator, error is None):  # also the barrier the other ranks wait at
+            raise error or SaveError("the main process could not write the checkpoint (its error says why)")
         return path or checkpoint_path(self.cfg.checkpoint_dir, p.step)
 
     def close(self) -> None:
         self.bar.close()
-        self.log.close()
-        if self.cfg.tensorboard:
-            self.accelerator.end_training()
+        try:
+            self.log.close()
+            if self.cfg.tensorboard and not self.nothing_to_do:
+                self.accelerator.end_training()
+        finally:
+            self.dirs.release()
 
     def result(self) -> TrainResult:
         """The finished run as a :class:`TrainResult` (best weights restored under early stopping)."""
@@ -502,9 +590,12 @@ class _Run:
             checkpoint=self.last_ckpt,
             is_main_process=self.accelerator.is_main_process,
             log_path=self.log.path,
+            resumed_step=self.resumed_step,
+            interrupted=self.interrupted,
+            nothing_to_do=self.nothing_to_do,
         )
-        if cfg.progress:
-            self.accelerator.print(summary_line(result))
+        if cfg.progress and not self.nothing_to_do:
+            self.accelerator.print(interrupt_line(result) if self.interrupted else summary_line(result))
         AcceleratorState._reset_state(reset_partial_state=False)  # leave no settings behind for the next run
         GradientState._reset_state()
         return result
@@ -523,3 +614,13 @@ def summary_line(result: TrainResult) -> str:
         f"trained {result.steps} steps ({result.epochs:.2f} epochs) in {result.seconds:.1f} s: "
         f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}{val}, {result.tokens_per_s:,.0f} tokens/s{where}"
     )
+
+
+def interrupt_line(result: TrainResult) -> str:
+    """One line about a run a signal ended: the step it finished and the checkpoint that holds it."""
+    saved = (
+        f"saved checkpoint {str(result.checkpoint)!r}; continue with --resume-from {result.checkpoint.parent}"
+        if result.config.checkpoint_dir and result.checkpoint
+        else "nothing saved (no checkpoint_dir)"
+    )
+    return f"{result.interrupted}: stopped after step {result.steps}; {saved}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,21 +24,34 @@ LOG_COLUMNS = ("step", "epoch", "loss", "val_loss", "lr", "grad_norm", "tokens_p
 
 
 class RunLog:
-    """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only."""
+    """metrics.csv (and TensorBoard through Accelerate's trackers) on the main process only.
 
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, resumed_rows: list[dict]):
+    A fresh run starts the file.  A resumed run (``resumed=True``) keeps the
+    rows already in it up to the checkpoint's step, byte for byte, fills in
+    from ``rows`` (the history the checkpoint restored) any step the file
+    lacks, and drops rows past the checkpoint: those steps are about to be
+    trained again.  The file is rewritten atomically before the run appends to it.
+    """
+
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, rows: list[dict], resumed: bool = False,
+                 write: bool = True):  # fmt: skip
         self.accelerator, self.file, self.writer, self.path = accelerator, None, None, None
-        self.tensorboard = cfg.tensorboard
-        if not (cfg.log_dir and accelerator.is_main_process):
+        self.tensorboard = cfg.tensorboard and write
+        if not (cfg.log_dir and accelerator.is_main_process and write):
             return
         Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
         self.path = Path(cfg.log_dir) / "metrics.csv"
-        # line-buffered: every finished step is on disk even if the process is killed a moment later;
-        # a resumed run rewrites the rows it restored from the checkpoint
-        self.file = open(self.path, "w", newline="", buffering=1)
+        if resumed and self.path.exists():
+            rows = _logged_rows(self.path, rows)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+        # line-buffered: every finished step is on disk even if the process is killed a moment later
+        self.file = open(self.path, "a", newline="", buffering=1)
         self.writer = csv.DictWriter(self.file, fieldnames=LOG_COLUMNS)
-        self.writer.writeheader()
-        self.writer.writerows(resumed_rows)
 
     def row(self, **values) -> None:
         if self.writer:
@@ -51,6 +65,22 @@ class RunLog:
         if self.file:
             self.file.close()
             self.file = None
+
+
+def _logged_rows(path: Path, restored: list[dict]) -> list[dict]:
+    """The rows of ``path`` for the steps in ``restored`` (as written), and ``restored``'s where the file has none."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != LOG_COLUMNS:
+            return restored  # another layout (an older gputrain): the checkpoint's history is the record
+        logged = {}
+        for row in reader:
+            try:
+                if None not in row and None not in row.values():  # a line with too many or too few cells
+                    logged[int(row["step"])] = row
+            except (TypeError, ValueError):
+                continue  # a damaged line: the checkpoint's row replaces it
+    return [logged.get(int(r["step"]), r) for r in restored]
 
 
 def event_steps(events) -> tuple[list[int], list[int]]:

@@ -235,6 +235,22 @@ def shape_of(model) -> ModelShape:
         ) from None
 
 
+# --- generation: the KV cache ---------------------------------------------------------------------
+
+
+def kv_cache_bytes(model, tokens: Optional[int] = None, batch_size: int = 1, bytes_per_value: float = 2) -> float:
+    """Bytes of the keys and values a generating GPT keeps: ``2 * layers * tokens * width * bytes`` per sequence.
+
+    Every block keeps one key and one value of width C per token
+    (:class:`gputrain.model.KVCache`); ``tokens`` defaults to the model's
+    context.  Chapter 7 checks the formula against the cache's tensors.
+    """
+    shape = shape_of(model)
+    tokens = shape.block_size if tokens is None else tokens
+    _check_sizes(tokens=tokens, batch_size=batch_size, bytes_per_value=bytes_per_value)
+    return 2 * shape.n_layer * tokens * shape.n_embd * bytes_per_value * batch_size
+
+
 # --- activations ----------------------------------------------------------------------------------
 
 

@@ -339,17 +339,12 @@ class GPT(nn.Module):
             window, new = torch.cat([window, nxt], dim=1)[:, -self.cfg.block_size :], 1
 
     @torch.no_grad()
-    def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-        use_cache: bool = True,
-    ) -> torch.Tensor:
-        """The prompt ``idx`` (B, T) and ``max_new_tokens`` sampled tokens after it: (B, T + max_new_tokens)."""
-        return torch.cat([idx, *self.stream(idx, max_new_tokens, temperature, top_k, generator, use_cache)], dim=1)
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
+        """The prompt ``idx`` (B, T) and ``max_new_tokens`` sampled tokens after it: (B, T + max_new_tokens).
+
+        ``sampling``: ``temperature``, ``top_k``, ``generator``, ``use_cache``, as for :meth:`stream`.
+        """
+        return torch.cat([idx, *self.stream(idx, max_new_tokens, **sampling)], dim=1)
 
 
 class LayerCache:

@@ -94,23 +94,16 @@ def stream_samples(
             yield n, tail
 
 
-def sample(
-    checkpoint_or_model,
-    prompt: str = "\n",
-    tokens: int = 200,
-    temperature: float = 0.8,
-    top_k: Optional[int] = 40,
-    seed: int = 1,
-) -> str:
+def sample(checkpoint_or_model, prompt: str = "\n", tokens: int = 200, **sampling) -> str:
     """The prompt and ``tokens`` sampled bytes after it, decoded as UTF-8 (chapter 6).
 
-    ``temperature`` divides the logits (lower: safer, more repetitive);
-    ``top_k`` keeps only the k likeliest next bytes (0 or None: all of them).
-    The same ``seed`` gives the same text.  Bytes that do not form valid
-    UTF-8 are shown as U+FFFD.  :func:`stream_samples` yields the same text
-    piece by piece.
+    ``sampling``: ``temperature`` divides the logits (default 0.8; lower:
+    safer, more repetitive); ``top_k`` keeps only the k likeliest next bytes
+    (default 40; 0 or None: all of them); the same ``seed`` (default 1) gives
+    the same text.  Bytes that do not form valid UTF-8 are shown as U+FFFD.
+    :func:`stream_samples` yields the same text piece by piece.
     """
-    return "".join(piece for _, piece in stream_samples(checkpoint_or_model, prompt, tokens, temperature, top_k, seed))
+    return "".join(piece for _, piece in stream_samples(checkpoint_or_model, prompt, tokens, **sampling))
 
 
 @torch.no_grad()

@@ -135,7 +135,8 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
 )}
 # fmt: on
 
-OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+# buffers per parameter; Muon keeps one for its matrices (its embeddings and norms, on AdamW, keep two)
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "muon": 1, "adam": 2, "adamw": 2}
 # how estimate() counts activations: name -> what it counts (the CLI offers these names)
 ACTIVATION_MODELS = {
     "gputrain": "the tensors our GPT's autograd graph saves, phase by phase (chapter 7)",

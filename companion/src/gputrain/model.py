@@ -235,11 +235,21 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying: one matrix reads and writes tokens
+        self._mark_lookup_tables()
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    def _mark_lookup_tables(self) -> None:
+        # rows read per token or position, not matrices applied to an input: optim.Muon leaves them to AdamW
+        for table in (self.wte.weight, self.wpe.weight):
+            table.lookup_table = True
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._mark_lookup_tables()  # copy.deepcopy and pickle make new Parameter objects, without the mark
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:

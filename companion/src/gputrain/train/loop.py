@@ -150,7 +150,7 @@ def check_hardware(cfg: TrainConfig) -> None:
             f"mixed_precision='bf16' on a CPU without native bf16: {bf16}; this run will be slower "
             "than with mixed_precision='no' (chapter 7 emulates bf16 in FP32 instead)",
             Bf16SlowWarning,
-            stacklevel=3,
+            stacklevel=4,  # the line that called train()
         )
     if cfg.mixed_precision == "fp8":
         if not cuda or torch.cuda.get_device_capability() < (8, 9):

@@ -19,7 +19,6 @@ from typing import Iterable, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 
 @dataclass(frozen=True)
@@ -356,8 +355,8 @@ class EmulatedBf16(TorchDispatchMode):
             self._mark(t)
 
     def _round_outputs(self, out) -> None:
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+        for t in _tensors(out):
+            if t.dtype == torch.float32:
                 t.copy_(bf16_values(t))
                 self._mark(t)
 
@@ -366,11 +365,8 @@ class EmulatedBf16(TorchDispatchMode):
         if func in _FP32_OPS:
             return func(*args, **kwargs)
         if self.autocast and func in _BF16_PRODUCTS:  # autocast casts the operands to bf16 ...
-            args, kwargs = tree_map(
-                lambda a: bf16_values(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a,
-                (args, kwargs),
-            )
-            out = func(*args, **kwargs)
+            args = tuple(_as_bf16(a) for a in args)
+            out = func(*args, **{k: _as_bf16(v) for k, v in kwargs.items()})
             self._round_outputs(out)  # ... and the product is bf16
             return out
         out = func(*args, **kwargs)
@@ -378,9 +374,27 @@ class EmulatedBf16(TorchDispatchMode):
             return out
         schema = func._schema.arguments
         written = [a for a, s in zip(args, schema) if s.alias_info is not None and s.alias_info.is_write]
-        floats = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor) and a.is_floating_point()]
-        if any(isinstance(w, torch.Tensor) and self.is_bf16(w) for w in written):
+        floats = [t for t in _tensors((args, kwargs.values())) if t.is_floating_point()]
+        if any(self.is_bf16(w) for w in _tensors(written)):
             self._round_outputs(written)  # written into a bf16 tensor: stored in bf16
-        elif floats and all(self.is_bf16(a) for a in floats):
+        elif floats and all(self.is_bf16(t) for t in floats):
             self._round_outputs(out)  # bf16 in, bf16 out
         return out
+
+
+def _tensors(obj) -> Iterable[torch.Tensor]:
+    """The tensors in an operator's arguments or results (nested lists and tuples: foreach ops, cat)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple, type({}.values()))):
+        for item in obj:
+            yield from _tensors(item)
+
+
+def _as_bf16(a):
+    """An FP32 tensor's values rounded to bf16 (a new tensor); anything else unchanged."""
+    if isinstance(a, torch.Tensor) and a.dtype == torch.float32:
+        return bf16_values(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_as_bf16(x) for x in a)
+    return a

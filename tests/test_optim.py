@@ -288,12 +288,14 @@ def _gpt_and_batches(seed: int = 0, bias: bool = True):
     return GPT(cfg), batches
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("adjust", ["original", "match_rms_adamw"])
 @pytest.mark.parametrize("nesterov", [True, False])
-def test_muon_matches_torch_muon_and_adamw_every_step(adjust, nesterov):
+def test_muon_matches_torch_muon_and_adamw_every_step(adjust, nesterov, device):
     from gputrain.train import param_groups
 
     ours_model, batches = _gpt_and_batches()
+    ours_model, batches = ours_model.to(device), [x.to(device) for x in batches]
     ref_model = copy.deepcopy(ours_model)
     hp = dict(lr=0.02, weight_decay=0.1, momentum=0.9, nesterov=nesterov)
     ours = optim.Muon(param_groups(ours_model, 0.1), **hp, adjust_lr=adjust, betas=(0.9, 0.95), adamw_eps=1e-8)
@@ -315,9 +317,9 @@ def test_muon_matches_torch_muon_and_adamw_every_step(adjust, nesterov):
         diff = max((a - b).abs().max().item() for a, b in zip(ours_model.parameters(), ref_model.parameters()))
         worst = max(worst, diff)
         assert diff <= TOL
-    moved = ours_model.blocks[0].attn.qkv.weight - _gpt_and_batches()[0].blocks[0].attn.qkv.weight
+    moved = ours_model.blocks[0].attn.qkv.weight.cpu() - _gpt_and_batches()[0].blocks[0].attn.qkv.weight
     assert moved.abs().max() > 1e-3  # the runs really trained
-    print(f"\nMuon ({adjust}, nesterov={nesterov}) vs torch.optim.Muon + AdamW: max |difference| {worst:.3g}")
+    print(f"\nMuon ({adjust}, nesterov={nesterov}, {device}) vs torch.optim.Muon + AdamW: max |difference| {worst:.3g}")
 
 
 def test_muon_state_is_one_buffer_for_matrices_two_for_the_rest():

@@ -66,6 +66,17 @@ def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
     assert ours[-1] < ours[0]
 
 
+def test_muon_by_name_trains_the_gpt_and_resumes_from_its_checkpoint(tmp_path):
+    base = dict(**SMALL_GPT, corpus_bytes=30_000, warmup_steps=2, eval_interval=0, progress=False, max_steps=10)
+    straight = train(TrainConfig(**base, optimizer="muon", checkpoint_dir=str(tmp_path), checkpoint_interval=3,
+                                 keep_checkpoints=10))  # fmt: skip
+    resumed = train(TrainConfig(**base, optimizer="muon", resume_from=str(tmp_path / "step_00000006")))
+    assert resumed.losses == straight.losses  # the momentum buffers and AdamW's moments came back exactly
+    assert straight.losses[-1] < straight.losses[0] - 0.3
+    adamw = train(TrainConfig(**base, optimizer="adamw"))
+    assert adamw.losses[0] == straight.losses[0] and adamw.losses[1] != straight.losses[1]
+
+
 def test_schedules_by_name_have_their_shapes():
     cfg = dict(max_steps=100, warmup_steps=10, min_lr_ratio=0.1)
     f = {name: lr_lambda(TrainConfig(schedule=name, decay_fraction=0.2, restart_steps=30, **cfg)) for name in SCHEDULES}

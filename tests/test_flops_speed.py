@@ -160,3 +160,19 @@ def test_native_bf16_is_measured_once_and_reported():
     assert first.slowdown > 0
     assert first.native == (first.slowdown < BF16_SLOW_FACTOR)
     assert ("native" in str(first)) and f"{first.slowdown:.1f}x" in str(first)
+
+
+def test_native_bf16_verdict_can_be_forced_for_the_emulated_path(monkeypatch):
+    from gputrain.speed import native_bf16
+
+    measured = native_bf16("cpu")
+    monkeypatch.setenv("GPUTRAIN_NATIVE_BF16", "0")
+    forced = native_bf16("cpu")
+    assert not forced.native and forced.slowdown == measured.slowdown and "GPUTRAIN_NATIVE_BF16=0" in str(forced)
+    monkeypatch.setenv("GPUTRAIN_NATIVE_BF16", "1")
+    assert native_bf16("cpu").native
+    monkeypatch.setenv("GPUTRAIN_NATIVE_BF16", "maybe")
+    with pytest.raises(ValueError, match="must be 0 \\(emulate bf16\\) or 1"):
+        native_bf16("cpu")
+    monkeypatch.delenv("GPUTRAIN_NATIVE_BF16")
+    assert native_bf16("cpu") is measured

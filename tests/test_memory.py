@@ -267,6 +267,28 @@ def test_cli_memory_accepts_the_fp8_recipes():
     assert "fp8-deepseek-v3" in out.stdout.splitlines()[0]
 
 
+def test_kv_cache_bytes_match_the_cache_tensors_and_the_cli_reports_them():
+    import json
+
+    from helpers import run_cli
+
+    from gputrain.memory import GPT2_SMALL, kv_cache_bytes
+    from gputrain.model import KVCache
+
+    cfg = GPTConfig(vocab_size=64, block_size=24, n_layer=3, n_head=4, n_embd=32)
+    for dtype in (torch.float32, torch.bfloat16):
+        cache = KVCache(cfg, batch_size=2, capacity=10, dtype=dtype)
+        assert kv_cache_bytes(cfg, 10, 2, torch.finfo(dtype).bits // 8) == cache.nbytes
+    assert kv_cache_bytes(GPT3_175B) == 2 * 96 * 2048 * 12288 * 2  # 9.66 GB for one sequence in 16 bits
+    out = run_cli("memory", "--model", "gpt2-small", "--batch-size", "4", "--json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    gen = json.loads(out.stdout)["generation"]
+    assert gen == {"kv_cache": kv_cache_bytes(GPT2_SMALL, 1024, 4, 2), "tokens": 1024}
+    text = run_cli("memory", "--model", "gpt2-small", "--seq-len", "512", "--precision", "fp32", timeout=120)
+    assert text.stdout.splitlines()[-1].endswith(f"KV cache (2 x layers x tokens x width x 4 bytes): "
+                                                 f"{kv_cache_bytes(GPT2_SMALL, 512, 1, 4) / 1e9:,.3f} GB")  # fmt: skip
+
+
 # --- the estimated peak against torch's MemTracker, depth by depth (issue 13f) ------------------------
 
 

@@ -10,6 +10,7 @@ from gputrain.model import (
     GPT,
     MLP,
     GPTConfig,
+    KVCache,
     Perceptron,
     best_linear_accuracy,
     collapse_linear,
@@ -157,3 +158,52 @@ def test_exact_and_tanh_gelu_differ_by_less_than_the_stated_bound():
     x = torch.linspace(-10, 10, 200_001, dtype=torch.float64)
     gap = (F.gelu(x) - F.gelu(x, approximate="tanh")).abs().max().item()
     assert 4.0e-4 < gap < 4.8e-4
+
+
+# --- the KV cache (chapter 6) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra", [{}, {"bias": False}, {"n_experts": 4, "top_k": 2, "balance": "aux"}], ids=["dense", "no-bias", "moe"]
+)
+def test_kv_cache_logits_equal_the_uncached_model_also_past_the_context(extra):
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=48, block_size=12, n_layer=2, n_head=2, n_embd=24, dropout=0.1, **extra)
+    model = GPT(cfg).eval()
+    idx = torch.randint(0, 48, (3, 5))  # (B, T) prompt
+    cache = KVCache(cfg, 3)
+    window, new, worst, rebuilt = idx, 5, 0.0, 0
+    for _ in range(30):  # windows of 5, 6, ..., 12 tokens, then 22 that slide along
+        before = cache.length
+        cached = model.next_logits(window, new, cache)  # (B, V)
+        rebuilt += cache.length < before + new  # the cache was refilled from the slid window
+        full = model(window)[0][:, -1]  # the model on its last block_size tokens, as training saw them
+        worst = max(worst, (cached - full).abs().max().item())
+        nxt = torch.randint(0, 48, (3, 1))
+        window, new = torch.cat([window, nxt], dim=1)[:, -cfg.block_size :], 1
+    assert worst < 1e-5
+    assert rebuilt == 30 - (cfg.block_size - 5 + 1)  # once per step after the window is full: it slid
+    gen = lambda use: model.generate(idx, 30, top_k=10, generator=torch.Generator().manual_seed(1), use_cache=use)  # noqa: E731
+    assert torch.equal(gen(True), gen(False))
+
+
+def test_kv_cache_prefill_in_chunks_equals_one_pass():
+    torch.manual_seed(1)
+    cfg = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=4, n_embd=32)
+    model = GPT(cfg).eval()
+    idx = torch.randint(0, 32, (2, 16))
+    cache = KVCache(cfg, 2)
+    with torch.no_grad():
+        parts = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 6), (6, 16))]  # causal mask offset
+        torch.testing.assert_close(torch.cat(parts, dim=1), model(idx)[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="16 cached \\+ 1 new tokens exceed the KV cache's capacity of 16"):
+        model(idx[:, :1], cache=cache)
+
+
+def test_kv_cache_holds_two_tensors_per_layer_of_tokens_by_width():
+    cfg = GPTConfig(vocab_size=32, block_size=20, n_layer=3, n_head=2, n_embd=16)
+    for dtype, size in ((torch.float32, 4), (torch.bfloat16, 2)):
+        cache = KVCache(cfg, batch_size=5, capacity=20, dtype=dtype)
+        assert cache.nbytes == 2 * cfg.n_layer * 20 * cfg.n_embd * size * 5 == sum(t.nbytes for t in cache.tensors())
+    with pytest.raises(ValueError, match="capacity <= block_size=20"):
+        KVCache(cfg, capacity=21)

@@ -112,6 +112,18 @@ def test_aux_loss_matches_the_switch_formula():
     assert abs(uniform.item() - 0.1) < 1e-7
 
 
+def test_aux_loss_of_an_empty_batch_is_zero_not_nan():
+    # 0 tokens: f_i = 0/0 and P_i = mean of nothing; the loss must be 0 and backward must still run
+    for router in ("softmax", "sigmoid"):
+        m = layer(router=router, balance="aux", aux_loss_weight=0.1)
+        x = torch.zeros(0, 12, dtype=torch.float64, requires_grad=True)
+        out = m(x)
+        assert out.shape == (0, 12) and m.aux_loss.item() == 0.0
+        (out.sum() + m.aux_loss).backward()
+        assert torch.isfinite(m.router.weight.grad).all() and m.router.weight.grad.abs().sum() == 0
+    assert moe.balance_loss(torch.zeros(0, 8), torch.zeros(0, 2, dtype=torch.long), 8, 0.1).item() == 0.0
+
+
 def test_bias_moves_against_the_load_and_balances_a_skewed_router():
     m = layer(balance="bias", bias_gamma=0.01, dtype=torch.float32)
     with torch.no_grad():

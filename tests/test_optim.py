@@ -273,3 +273,106 @@ def test_steps_to_requires_staying_below():
     nan = float("nan")
     losses = torch.tensor([[5.0, 5.0, 5.0], [0.5, nan, 0.5], [2.0, nan, 0.5], [0.1, nan, 0.5], [0.05, nan, 0.5]])
     assert optim.steps_to(losses, tol=1.0) == [3, None, 1]
+
+
+# --- Muon: against torch.optim.Muon (matrices) next to torch.optim.AdamW (the rest) ----------------
+
+
+def _gpt_and_batches(seed: int = 0, bias: bool = True):
+    from gputrain.model import GPT, GPTConfig
+
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=40, block_size=12, n_layer=2, n_head=2, n_embd=24, bias=bias)
+    gen = torch.Generator().manual_seed(seed + 1)
+    batches = [torch.randint(0, 40, (4, 13), generator=gen) for _ in range(12)]  # (B, T+1)
+    return GPT(cfg), batches
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("adjust", ["original", "match_rms_adamw"])
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_matches_torch_muon_and_adamw_every_step(adjust, nesterov, device):
+    from gputrain.train import param_groups
+
+    ours_model, batches = _gpt_and_batches()
+    ours_model, batches = ours_model.to(device), [x.to(device) for x in batches]
+    ref_model = copy.deepcopy(ours_model)
+    hp = dict(lr=0.02, weight_decay=0.1, momentum=0.9, nesterov=nesterov)
+    ours = optim.Muon(param_groups(ours_model, 0.1), **hp, adjust_lr=adjust, betas=(0.9, 0.95), adamw_eps=1e-8)
+    muon_groups, adam_groups = [], []
+    for group in param_groups(ref_model, 0.1):
+        muon_groups.append({**group, "params": [p for p in group["params"] if optim.uses_muon(p, group)]})
+        adam_groups.append({**group, "params": [p for p in group["params"] if not optim.uses_muon(p, group)]})
+    # the embedding table (tied to the head) and the position table go to AdamW, every block matrix to Muon
+    assert sum(p.numel() for g in adam_groups for p in g["params"] if p.dim() == 2) == (40 + 12) * 24
+    muon = torch.optim.Muon([g for g in muon_groups if g["params"]], **hp, adjust_lr_fn=adjust)
+    adamw = torch.optim.AdamW(adam_groups, lr=0.02, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    worst = 0.0
+    for x in batches:
+        for model, opts in ((ours_model, (ours,)), (ref_model, (muon, adamw))):
+            model.zero_grad(set_to_none=True)
+            model(x[:, :-1], x[:, 1:])[1].backward()
+            for opt in opts:
+                opt.step()
+        diff = max((a - b).abs().max().item() for a, b in zip(ours_model.parameters(), ref_model.parameters()))
+        worst = max(worst, diff)
+        assert diff <= TOL
+    moved = ours_model.blocks[0].attn.qkv.weight.cpu() - _gpt_and_batches()[0].blocks[0].attn.qkv.weight
+    assert moved.abs().max() > 1e-3  # the runs really trained
+    print(f"\nMuon ({adjust}, nesterov={nesterov}, {device}) vs torch.optim.Muon + AdamW: max |difference| {worst:.3g}")
+
+
+def test_muon_state_is_one_buffer_for_matrices_two_for_the_rest():
+    model, batches = _gpt_and_batches(bias=False)
+    opt = optim.Muon(model.parameters(), lr=0.01)
+    model(batches[0][:, :-1], batches[0][:, 1:])[1].backward()
+    opt.step()
+    for p in model.parameters():
+        assert set(opt.state[p]) == (
+            {"momentum_buffer"} if optim.uses_muon(p, {}) else {"step", "exp_avg", "exp_avg_sq"}
+        )
+    matrices = sum(p.numel() for p in model.parameters() if optim.uses_muon(p, {}))
+    rest = sum(p.numel() for p in model.parameters()) - matrices
+    assert optim.state_bytes(opt) == 4 * (matrices + 2 * rest)
+    state = opt.state_dict()
+    import json
+
+    json.dumps(state["param_groups"])  # JSON checkpoints store the groups: no torch.dtype inside
+    again = optim.Muon(model.parameters(), lr=0.01)
+    again.load_state_dict(state)
+    assert again.param_groups[0]["ns_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("shape", [(6, 10), (10, 6), (8, 8)])
+def test_newton_schulz_maps_each_singular_value_through_the_quintic(shape):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    U, S, Vh = torch.linalg.svd(g, full_matrices=False)
+    a, b, c = optim.NS_COEFFICIENTS
+    s = S / g.norm()
+    for _ in range(5):
+        s = a * s + b * s**3 + c * s**5
+    with FlopCounterMode(display=False) as counter:
+        out = optim.newton_schulz(g, dtype=None)
+    torch.testing.assert_close(out, U @ torch.diag(s) @ Vh, atol=1e-12, rtol=0)  # singular vectors kept
+    assert 0.6 < s.min() and s.max() < 1.25  # every direction about the same size
+    m, n = min(shape), max(shape)
+    assert counter.get_total_flops() == 5 * (4 * m * m * n + 2 * m**3)
+    bf16 = optim.newton_schulz(g.float())
+    assert bf16.dtype == torch.bfloat16 and (bf16.double() - out).abs().max() < 0.05
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(adjust_lr="fast"), "adjust_lr='fast' is not one of: original, match_rms_adamw"),
+        (dict(ns_dtype="bf17"), "ns_dtype='bf17' is not a torch dtype"),
+        (dict(momentum=1.0), "momentum=1.0 must be in \\[0, 1\\)"),
+        (dict(ns_steps=0), "ns_steps=0 must be between 1 and 99"),
+        (dict(lr=-1), "learning rate"),
+    ],
+)
+def test_muon_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        optim.Muon([torch.nn.Parameter(torch.zeros(2, 2))], **kwargs)

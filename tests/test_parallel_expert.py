@@ -73,6 +73,22 @@ def test_expert_parallel_with_capacity_softmax_and_a_starved_expert():
 
 
 @pytest.mark.multiprocess
+def test_a_rank_with_nothing_to_receive_or_nothing_at_all():
+    # N=3, 6 experts: rank 2 owns experts 4 and 5, both starved, so it receives no rows
+    # (its combine sends nothing); then every batch empty (no rank sends or receives)
+    results = launch(expert_parallel_check, 3, "float32", 24, 16, 6, 2, 0, "sigmoid", None, (4, 5), show=False)
+    for r in results:
+        assert max(r["errors"].values()) < 1e-5, r["errors"]
+        assert r["load"][4] == r["load"][5] == 0
+        assert r["sent"]["dispatch"] == r["expected"]["dispatch"]
+    assert results[2]["sent"]["combine"] == 0 and results[2]["local_grads_none"] == [True, True]
+    empty = launch(expert_parallel_check, 3, "float32", 0, 16, 6, 2, 0, "sigmoid", None, None, show=False)
+    for r in empty:
+        assert max(r["errors"].values()) == 0.0, r["errors"]
+        assert sum(r["sent"].values()) == 0 and r["load"] == [0] * 6
+
+
+@pytest.mark.multiprocess
 def test_node_limited_routing_cuts_the_traffic_leaving_a_node():
     results = launch(node_limited_check, 4, 2, 1, show=False)  # 4 ranks = 2 nodes of 2, M = 1
     for r in results:

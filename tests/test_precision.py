@@ -5,7 +5,16 @@ import copy
 import pytest
 import torch
 
-from gputrain.precision import FORMATS, DynamicLossScaler, MasterWeights, bit_fields, get_format, round_to_format
+from gputrain.precision import (
+    FORMATS,
+    DynamicLossScaler,
+    EmulatedBf16,
+    MasterWeights,
+    bf16_values,
+    bit_fields,
+    get_format,
+    round_to_format,
+)
 
 DTYPE_FORMATS = [name for name, f in FORMATS.items() if f.dtype is not None]
 
@@ -207,3 +216,100 @@ def test_signed_zeros_keep_their_sign(name):
     sign, exponent, mantissa = bit_fields(-0.0, f)
     assert (sign, set(exponent), set(mantissa)) == ("1", {"0"}, {"0"})
     assert bit_fields(0.0, f)[0] == "0"
+
+
+# --- bf16 emulated in FP32 (chapters 7 and 10: CPUs without native bf16) ---------------------------
+
+
+def _ulp_gap(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """Largest difference in bf16 rounding steps of ``b``, and the share of entries that differ at all."""
+    a, b = a.detach().float(), b.detach().float()
+    step = torch.pow(2.0, torch.frexp(b)[1].float() - 8)  # spacing of bf16 values around b
+    return ((a - b).abs() / step).max().item(), (a != b).float().mean().item()
+
+
+def test_emulated_bf16_products_are_autocasts_numbers():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48)
+    x = torch.randn(32, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        real = lin(x)  # bf16
+    real.float().square().sum().backward()
+    real_grads = [t.grad.clone() for t in (x, lin.weight, lin.bias)]
+    x.grad = None
+    lin.zero_grad()
+    with EmulatedBf16() as emu:
+        emulated = lin(x)  # FP32 tensor holding bf16 values
+        emulated.square().sum().backward()
+        assert emu.is_bf16(emulated) and not emu.is_bf16(x)
+    assert emulated.dtype == torch.float32 and torch.equal(bf16_values(emulated), emulated)
+    # a product of bf16 operands, added in FP32 and rounded once: at most one rounding step apart
+    for mine, theirs in [(emulated, real)] + list(zip([x.grad, lin.weight.grad, lin.bias.grad], real_grads)):
+        steps, share = _ulp_gap(mine, theirs)
+        assert steps <= 1 and share <= 0.01, (steps, share)
+
+
+def test_emulated_bf16_gpt_step_is_close_to_autocast_and_its_loss_stays_fp32():
+    from gputrain.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=64))
+    twin = copy.deepcopy(model)
+    idx = torch.randint(0, 64, (4, 33))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    with EmulatedBf16() as emu:
+        logits, emulated = twin(idx[:, :-1], idx[:, 1:])
+        emulated.backward()
+    assert emu.is_bf16(logits) and not emu.is_bf16(emulated)  # bf16 logits, FP32 cross-entropy
+    assert abs(emulated.item() / loss.item() - 1) < 1e-4  # attention rounds inside its fused kernel: not bit-equal
+    for a, b in zip(twin.parameters(), model.parameters()):
+        assert (a.grad - b.grad).norm() <= 0.05 * b.grad.norm()
+    assert all(p.grad is not None and not emu.is_bf16(p) for p in twin.parameters())  # FP32 master weights
+
+
+def test_held_bf16_weights_train_like_a_bf16_model_and_eat_small_updates():
+    from gputrain.model import GPT, GPTConfig
+
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32))
+    real, emulated = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(model)
+    emu = EmulatedBf16(autocast=False)
+    emu.hold(emulated.parameters())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (real, emulated)]
+    idx = torch.randint(0, 64, (4, 17))
+    for _ in range(3):
+        _, loss = real(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        opts[0].step()
+        with emu:
+            _, loss_e = emulated(idx[:, :-1], idx[:, 1:])
+            loss_e.backward()
+            opts[1].step()
+        assert abs(loss_e.item() / loss.item() - 1) < 1e-3
+    assert all(torch.equal(bf16_values(p), p) for p in emulated.parameters())  # still bf16 values
+    same = sum((a.float() == b).sum().item() for a, b in zip(real.parameters(), emulated.parameters()))
+    assert same > 0.5 * sum(p.numel() for p in model.parameters())
+    one = torch.ones(4)
+    emu.hold([one])
+    with emu:
+        one.sub_(1e-3)  # a bf16 weight of 1.0 cannot take a step of 1e-3: it rounds back
+        outside = torch.ones(4) - 1e-3
+    assert torch.equal(one, torch.ones(4)) and outside[0].item() != 1.0
+    with pytest.raises(ValueError, match="float32 tensors"):
+        emu.hold([torch.ones(2, dtype=torch.float64)])
+
+
+def test_bf16_on_a_cpu_without_it_warns_once_and_info_says_so(tmp_path):
+    from helpers import SMALL_GPT, cli_flags, run_cli
+
+    flags = cli_flags(**SMALL_GPT, corpus_bytes=20_000, max_steps=2, warmup_steps=0, eval_interval=0, quiet=True)
+    env = {"GPUTRAIN_NATIVE_BF16": "0"}
+    out = run_cli("train", *flags, "--mixed-precision", "bf16", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("Bf16SlowWarning") == 1 and "x the fp32 time" in out.stderr
+    native = run_cli("train", *flags, "--mixed-precision", "bf16", env={"GPUTRAIN_NATIVE_BF16": "1"})
+    assert native.returncode == 0 and "Bf16SlowWarning" not in native.stderr
+    info = run_cli("info", env=env)
+    assert "bf16_native       False" in info.stdout and "GPUTRAIN_NATIVE_BF16=0" in info.stdout

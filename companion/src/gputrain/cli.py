@@ -97,8 +97,11 @@ def _rank_zero() -> bool:
 
 def _cmd_info(args) -> int:
     from .device import info
+    from .speed import native_bf16
 
     data = info()
+    bf16 = native_bf16()  # measured once: a CPU without AVX-512 BF16/AMX runs bf16 products in software
+    data["bf16_native"], data["bf16"] = bf16.native, bf16.reason
     if args.json:
         print(json.dumps(data, indent=2))
     else:
@@ -157,19 +160,49 @@ def _cmd_train(args) -> int:
     return 0
 
 
-def _cmd_sample(args) -> int:
-    from .train import sample
+SAMPLE_SEPARATOR = "\n---------------"  # printed between samples, as nanoGPT's sample.py does
 
-    print(
-        sample(
-            args.checkpoint,
-            prompt=args.prompt,
-            tokens=args.tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            seed=args.seed,
-        )
+
+def _read_prompt(args) -> str:
+    """The prompt from --prompt or --prompt-file (one of them), as text."""
+    if args.prompt_file is None:
+        return "\n" if args.prompt is None else args.prompt
+    if args.prompt is not None:
+        raise ValueError("give either --prompt or --prompt-file, not both")
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise FileNotFoundError(f"--prompt-file {str(path)!r} {what}; pass a text file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--prompt-file {str(path)!r} is not UTF-8 text; the prompt must be text") from None
+
+
+def _cmd_sample(args) -> int:
+    from .train import stream_samples
+
+    pieces = stream_samples(
+        args.checkpoint,
+        prompt=_read_prompt(args),
+        tokens=args.tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        num_samples=args.num_samples,
     )
+    shown = -1
+    try:
+        for n, piece in pieces:  # streamed: each byte is printed as soon as it is sampled
+            if n != shown and shown >= 0:
+                print(SAMPLE_SEPARATOR, flush=True)
+            shown = n
+            print(piece, end="", flush=True)
+        print(flush=True)
+    except KeyboardInterrupt:  # Ctrl-C: what was printed stays, and stopping is not an error
+        print(flush=True)
+    except BrokenPipeError:  # `gputrain sample ... | head`: the reader has had enough
+        sys.stdout = open(os.devnull, "w")  # nothing more to flush at exit
     return 0
 
 
@@ -209,7 +242,7 @@ def _check_memory_args(args, shapes: dict) -> None:
 
 
 def _cmd_memory(args) -> int:
-    from .memory import GPT2_SMALL, GPT3_175B, estimate
+    from .memory import GPT2_SMALL, GPT3_175B, RECIPES, estimate, kv_cache_bytes
 
     shapes = {"gpt2-small": GPT2_SMALL, "gpt3-175b": GPT3_175B}
     if args.model is not None and args.params is not None:
@@ -227,14 +260,24 @@ def _cmd_memory(args) -> int:
         dp=args.dp,
         activation_model=args.activation_model,
     )
+    generation = None
+    if args.model:  # a known shape: the KV cache of generating with it, in the recipe's activation format
+        tokens = args.seq_len if args.seq_len is not None else model.block_size
+        value = RECIPES[args.precision].activations
+        generation = {"kv_cache": kv_cache_bytes(model, tokens, args.batch_size, value), "tokens": tokens}
     if args.json:
-        print(json.dumps({"settings": e.settings, "bytes": e.as_dict()}, indent=2))
+        print(json.dumps({"settings": e.settings, "bytes": e.as_dict(), "generation": generation}, indent=2))
     else:
         print(
             f"{e.settings['params']:.4g} parameters, {e.settings['precision']}, {args.optimizer}, "
             f"ZeRO stage {args.zero_stage} over {args.dp} GPU(s); bytes per GPU:"
         )
         print(e.table())
+        if generation:
+            print(
+                f"generating {args.batch_size} x {generation['tokens']:,} tokens, KV cache "
+                f"(2 x layers x tokens x width x {value:g} bytes): {generation['kv_cache'] / 1e9:,.3f} GB"
+            )
     return 0
 
 
@@ -313,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_info(sub) -> None:
-    p_info = sub.add_parser("info", help="versions, device, preset and known peak FLOP/s")
+    p_info = sub.add_parser("info", help="versions, device, preset, known peak FLOP/s and whether bf16 is native")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
 
@@ -329,7 +372,7 @@ def _add_memory(sub) -> None:
         "--model",
         choices=["gpt2-small", "gpt3-175b"],
         default=None,
-        help="a known shape instead of --params (adds activations)",
+        help="a known shape instead of --params (adds activations and the KV cache of generating)",
     )
     p_mem.add_argument("--batch-size", type=int, default=1, help="micro-batch per GPU (default: 1)")
     p_mem.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the context)")
@@ -387,11 +430,16 @@ def _add_sample(sub) -> None:
     p_sample = sub.add_parser(
         "sample",
         help="generate text from a trained checkpoint",
-        description="Print the prompt and the bytes a trained GPT samples after it.",
+        description="Print the prompt and the bytes a trained GPT samples after it, as they are generated "
+        "(Ctrl-C stops and keeps what was printed).",
     )
     p_sample.add_argument("--checkpoint", required=True, help="a checkpoint (step_...) or a checkpoint_dir")
-    p_sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    p_sample.add_argument("--tokens", type=int, default=200, help="bytes to generate (default: 200)")
+    p_sample.add_argument("--prompt", default=None, help="text to continue (default: a newline)")
+    p_sample.add_argument("--prompt-file", default=None, metavar="FILE", help="read the prompt from a UTF-8 file")
+    p_sample.add_argument(
+        "--tokens", type=int, default=200, help="bytes to generate per sample, printed as they come (default: 200)"
+    )
+    p_sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default: 1)")
     p_sample.add_argument("--temperature", type=float, default=0.8, help="logit divisor (default: 0.8)")
     p_sample.add_argument("--top-k", type=int, default=40, help="keep the k likeliest bytes, 0 for all (default: 40)")
     p_sample.add_argument("--seed", type=int, default=1, help="sampling seed (default: 1)")

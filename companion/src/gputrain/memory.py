@@ -135,7 +135,8 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
 )}
 # fmt: on
 
-OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+# buffers per parameter; Muon keeps one for its matrices (its embeddings and norms, on AdamW, keep two)
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "muon": 1, "adam": 2, "adamw": 2}
 # how estimate() counts activations: name -> what it counts (the CLI offers these names)
 ACTIVATION_MODELS = {
     "gputrain": "the tensors our GPT's autograd graph saves, phase by phase (chapter 7)",
@@ -233,6 +234,22 @@ def shape_of(model) -> ModelShape:
             f"cannot read a GPT shape from {type(model).__name__}; pass a GPTConfig, "
             "a gputrain GPT, a ModelShape or a parameter count"
         ) from None
+
+
+# --- generation: the KV cache ---------------------------------------------------------------------
+
+
+def kv_cache_bytes(model, tokens: Optional[int] = None, batch_size: int = 1, bytes_per_value: float = 2) -> float:
+    """Bytes of the keys and values a generating GPT keeps: ``2 * layers * tokens * width * bytes`` per sequence.
+
+    Every block keeps one key and one value of width C per token
+    (:class:`gputrain.model.KVCache`); ``tokens`` defaults to the model's
+    context.  Chapter 7 checks the formula against the cache's tensors.
+    """
+    shape = shape_of(model)
+    tokens = shape.block_size if tokens is None else tokens
+    _check_sizes(tokens=tokens, batch_size=batch_size, bytes_per_value=bytes_per_value)
+    return 2 * shape.n_layer * tokens * shape.n_embd * bytes_per_value * batch_size
 
 
 # --- activations ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -110,19 +111,27 @@ class CausalSelfAttention(nn.Module):
         self.attention = cfg.attention
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: "LayerCache | None" = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
         # (B, T, C) -> (B, H, T, C/H): each head attends in its own subspace
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        mask, causal = None, True
+        if kv is not None:  # generation: the new tokens' queries meet every key so far
+            k, v = kv.store(k, v)  # (B, H, S, C/H), S = cached + T
+            if T == 1:
+                causal = False  # one query, the newest position: it may see every key
+            elif k.size(2) > T:  # several new tokens after cached ones: query i sees keys <= S - T + i
+                causal = False
+                mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(k.size(2) - T)
         # softmax(q k^T / sqrt(d)) v with a causal mask; flash kernel on GPUs
-        if self.attention == "flash-triton":  # chapter 11's Triton kernel; imported here: kernels sit below the model
-            from .kernels import flash_attention
+        if self.attention == "flash-triton" and causal and mask is None:  # chapter 11's kernel (square causal)
+            from .kernels import flash_attention  # imported here: the kernels sit below the model
 
             y = flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)  # (B, H, T, C/H)
         else:
             y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+                q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout if self.training else 0.0
             )  # (B, H, T, C/H)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_drop(self.proj(y))
@@ -219,8 +228,9 @@ class Block(nn.Module):
                 dropout=cfg.dropout,
             )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))  # (B, T, C): the residual stream
+    def forward(self, x: torch.Tensor, kv: "LayerCache | None" = None) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + (self.attn(h) if kv is None else self.attn(h, kv))  # (B, T, C): the residual stream
         x = x + self.mlp(self.ln2(x))  # (B, T, C)
         return x
 
@@ -238,11 +248,21 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying: one matrix reads and writes tokens
+        self._mark_lookup_tables()
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    def _mark_lookup_tables(self) -> None:
+        # rows read per token or position, not matrices applied to an input: optim.Muon leaves them to AdamW
+        for table in (self.wte.weight, self.wpe.weight):
+            table.lookup_table = True
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._mark_lookup_tables()  # copy.deepcopy and pickle make new Parameter objects, without the mark
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
@@ -253,25 +273,41 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        """The final normalized residual stream, before the output head: (B, T, C)."""
+    def hidden(self, idx: torch.Tensor, cache: "KVCache | None" = None) -> torch.Tensor:
+        """The final normalized residual stream, before the output head: (B, T, C).
+
+        With a :class:`KVCache` the tokens ``idx`` continue the ones already in
+        it: their positions start at ``cache.length``, and the cache keeps their
+        keys and values for the next call.
+        """
         B, T = idx.shape
-        if T > self.cfg.block_size:
+        if cache is None and T > self.cfg.block_size:
             raise ValueError(
                 f"sequence length {T} exceeds the model's context block_size={self.cfg.block_size}; "
                 "crop the input or build the model with a larger block_size"
             )
-        pos = torch.arange(T, device=idx.device)  # (T,)
+        start = 0 if cache is None else cache.length
+        if cache is not None and start + T > cache.capacity:
+            raise ValueError(
+                f"{start} cached + {T} new tokens exceed the KV cache's capacity of {cache.capacity} "
+                f"(the model's context is {self.cfg.block_size}); crop the input or reset the cache"
+            )
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        for block in self.blocks:
-            x = block(x)  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            x = block(x) if cache is None else block(x, cache.layers[i])  # (B, T, C)
+        if cache is not None:
+            cache.length += T
         return self.ln_f(x)  # (B, T, C)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: "KVCache | None" = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, V) and, when ``targets`` (B, T) are given, the mean cross-entropy."""
-        logits = self.head(self.hidden(idx))  # (B, T, V)
+        """Logits (B, T, V) and, when ``targets`` (B, T) are given, the mean cross-entropy.
+
+        ``cache``: continue the tokens held in a :class:`KVCache` (generation, chapter 6).
+        """
+        logits = self.head(self.hidden(idx, cache))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
@@ -280,26 +316,122 @@ class GPT(nn.Module):
         return logits, loss
 
     @torch.no_grad()
-    def generate(
+    def next_logits(self, window: torch.Tensor, new: int, cache: "KVCache | None" = None) -> torch.Tensor:
+        """Logits (B, V) of the token after ``window`` (B, <= block_size), whose last ``new`` tokens are new.
+
+        Without a cache the whole window runs again.  With one, only the new
+        tokens run, unless the window has just slid past the context: then
+        every token sits at a new position (the position embeddings are
+        absolute), so the cached keys and values are stale and the cache is
+        refilled from the window.  Either way the logits are those of the
+        model on the window.
+        """
+        if cache is not None and cache.length + new > window.size(1):  # it holds tokens the window dropped
+            cache.reset()  # the window slid: every position moved
+            new = window.size(1)
+        run = window if cache is None else window[:, -new:]  # (B, T') the tokens that go through the blocks
+        return self.head(self.hidden(run, cache)[:, -1])  # (B, V): only the last position is needed
+
+    @torch.no_grad()
+    def stream(
         self,
         idx: torch.Tensor,
         max_new_tokens: int,
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Sample ``max_new_tokens`` tokens after the prompt ``idx`` (B, T)."""
+        use_cache: bool = True,
+    ) -> Iterator[torch.Tensor]:
+        """Yield ``max_new_tokens`` sampled tokens (B, 1), one at a time, after the prompt ``idx`` (B, T).
+
+        The model sees at most its last ``block_size`` tokens, as in training.
+        ``use_cache`` keeps a :class:`KVCache`, so each step runs one token
+        instead of the whole window; the samples are the same (chapter 6).
+        """
+        window = idx[:, -self.cfg.block_size :]  # (B, <=block_size)
+        p = next(self.parameters())
+        cache = KVCache(self.cfg, len(idx), device=p.device, dtype=p.dtype) if use_cache else None
+        new = window.size(1)
         for _ in range(max_new_tokens):
-            ctx = idx[:, -self.cfg.block_size :]  # (B, <=block_size)
-            logits, _ = self(ctx)
-            logits = logits[:, -1, :].float() / max(temperature, 1e-6)  # (B, V)
+            logits = self.next_logits(window, new, cache).float() / max(temperature, 1e-6)  # (B, V)
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = F.softmax(logits, dim=-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-            idx = torch.cat([idx, nxt], dim=1)
-        return idx
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
+            yield nxt
+            window, new = torch.cat([window, nxt], dim=1)[:, -self.cfg.block_size :], 1
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
+        """The prompt ``idx`` (B, T) and ``max_new_tokens`` sampled tokens after it: (B, T + max_new_tokens).
+
+        ``sampling``: ``temperature``, ``top_k``, ``generator``, ``use_cache``, as for :meth:`stream`.
+        """
+        return torch.cat([idx, *self.stream(idx, max_new_tokens, **sampling)], dim=1)
+
+
+class LayerCache:
+    """One block's share of a :class:`KVCache`: its keys and values, (B, H, capacity, C/H) each."""
+
+    def __init__(self, owner: "KVCache", k: torch.Tensor, v: torch.Tensor):
+        self.owner, self.k, self.v = owner, k, v
+
+    def store(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new tokens' keys and values (B, H, T, C/H) after the cached ones; return all of them."""
+        start, end = self.owner.length, self.owner.length + k.size(2)
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, end, C/H) views: nothing copied
+
+
+class KVCache:
+    """The keys and values of every block for the tokens generated so far (chapters 6 and 7).
+
+    A token's key and value in a block depend only on the tokens up to it, so
+    when generation adds one token, the earlier ones need not run again: each
+    block keeps them here.  Two tensors per block of (B, H, capacity, C/H), so
+    ``2 * layers * capacity * C`` values per sequence
+    (:func:`gputrain.memory.kv_cache_bytes`).  ``length`` tokens are filled;
+    :meth:`GPT.forward` with ``cache=`` advances it.
+    """
+
+    def __init__(
+        self,
+        cfg: GPTConfig,
+        batch_size: int = 1,
+        *,
+        capacity: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        capacity = cfg.block_size if capacity is None else capacity
+        if batch_size < 1 or not 1 <= capacity <= cfg.block_size:
+            raise ValueError(
+                f"a KV cache needs batch_size >= 1 and 1 <= capacity <= block_size={cfg.block_size}; "
+                f"got {batch_size} and {capacity}"
+            )
+        shape = (batch_size, cfg.n_head, capacity, cfg.n_embd // cfg.n_head)  # (B, H, capacity, C/H)
+        self.layers = [
+            LayerCache(
+                self, torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
+            )
+            for _ in range(cfg.n_layer)
+        ]
+        self.capacity = capacity
+        self.length = 0  # tokens held
+
+    def reset(self) -> None:
+        """Forget every token (the tensors stay allocated)."""
+        self.length = 0
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every key and value tensor, block by block."""
+        return [t for layer in self.layers for t in (layer.k, layer.v)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache holds (allocated for ``capacity`` tokens)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
 
 
 def count_params(model: nn.Module, trainable_only: bool = False) -> int:

@@ -202,7 +202,11 @@ def balance_loss(probs: torch.Tensor, experts: torch.Tensor, n_experts: int, wei
     ``f_i`` is the fraction of the N*k assignments that chose expert i (not
     differentiable), ``P_i`` the mean router probability of expert i over the
     tokens (differentiable).  It equals ``weight`` when both are uniform.
+    An empty batch has no load to balance: the loss is 0 (not 0/0), still
+    attached to ``probs`` so that backward runs.
     """
+    if experts.numel() == 0:
+        return probs.sum() * 0.0  # () zero with a graph; f and P would both be 0/0
     f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.numel()  # (E,)
     P = probs.mean(0)  # (E,)
     return weight * n_experts * (f * P).sum()

@@ -217,7 +217,9 @@ class Bf16Support:
 BF16_SLOW_FACTOR = 4.0  # a bf16 product this many times slower than fp32 is emulated in software
 
 
-@functools.lru_cache(maxsize=None)
+BF16_ENV = "GPUTRAIN_NATIVE_BF16"  # "0" or "1" overrides the measured verdict (tests, or to see the other path)
+
+
 def native_bf16(dev_type: Optional[str] = None, n: int = 256) -> Bf16Support:
     """Measure once whether bf16 matrix products are native here (chapter 7, appendix "Making it fast").
 
@@ -226,8 +228,23 @@ def native_bf16(dev_type: Optional[str] = None, n: int = 256) -> Bf16Support:
     timed against the fp32 one.  CPUs without AVX-512 BF16, AMX or ARM's BF16
     instructions convert every operand in software, measured at 75x slower than
     fp32 on an AVX2-only AMD EPYC; such a CPU reports ``native=False`` and
-    chapters emulate bf16 rounding in fp32 instead of running bf16 products.
+    chapters emulate bf16 rounding in fp32 (:class:`gputrain.precision.EmulatedBf16`)
+    instead of running bf16 products.  The environment variable
+    ``GPUTRAIN_NATIVE_BF16=0`` (or ``1``) overrides the verdict; the
+    slowdown is still the measured one.
     """
+    measured = _measured_bf16(dev_type, n)
+    forced = os.environ.get(BF16_ENV, "")
+    if forced == "":
+        return measured
+    if forced not in ("0", "1"):
+        raise ValueError(f"{BF16_ENV}={forced!r} must be 0 (emulate bf16) or 1 (native), or unset to measure")
+    verdict = "native" if forced == "1" else "emulated in FP32"
+    return Bf16Support(forced == "1", measured.slowdown, f"bf16 {verdict}: {BF16_ENV}={forced} ({measured})")
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_bf16(dev_type: Optional[str] = None, n: int = 256) -> Bf16Support:
     kind = dev_type or device().type
     if kind == "cuda":
         ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()

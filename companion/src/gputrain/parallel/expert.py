@@ -22,9 +22,10 @@ torch 2.13), so no send/recv emulation is needed.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -66,7 +67,7 @@ def _exchange(x, out_splits, in_splits, group, traffic, phase):
     dist.all_to_all_single(out, x, out_splits, in_splits, group=group)
     if traffic is not None:
         me = dist.get_rank(group)
-        row = x[0].numel() * x.element_size() if x.dim() > 1 else x.element_size()
+        row = math.prod(x.shape[1:]) * x.element_size()  # from the shape: x may have no rows at all
         traffic.add(phase, (sum(in_splits) - in_splits[me]) * row)  # what left this rank
     return out
 
@@ -191,7 +192,7 @@ def _dense_layer(dim, n_experts, top_k, dtype, seed, **kw) -> MoE:
 def _max_err(a, b) -> float:
     if a is None or b is None:
         return 0.0 if a is None and b is None else float("inf")  # one got a gradient, the other not
-    return (a - b).abs().max().item()
+    return (a - b).abs().max().item() if a.numel() else 0.0  # an empty batch: nothing to differ
 
 
 def expert_parallel_check(
@@ -203,7 +204,7 @@ def expert_parallel_check(
     seed: int = 0,
     router: str = "sigmoid",
     capacity_factor: Optional[float] = None,
-    starve_expert: Optional[int] = None,
+    starve_expert: "int | Sequence[int] | None" = None,
 ) -> dict:
     """Expert-parallel layer vs the one-process layer on the same tokens: outputs, gradients, bytes.
 
@@ -212,11 +213,13 @@ def expert_parallel_check(
     summed.  The expert-parallel layer runs this rank's batch only; its
     replicated router and shared experts get their gradients summed over ranks
     (as data parallelism would), its local experts need nothing.
+    ``starve_expert``: one expert or several that no token may choose (a rank
+    whose experts are all starved receives nothing); ``tokens=0``: empty batches.
     """
     P, rank, dt = dist.get_world_size(), dist.get_rank(), getattr(torch, dtype)
     dense = _dense_layer(dim, n_experts, top_k, dt, seed, router=router, capacity_factor=capacity_factor, balance="aux")
     if starve_expert is not None:
-        dense.router.e_bias[starve_expert] = -100.0  # nobody routes there
+        dense.router.e_bias[torch.as_tensor(starve_expert)] = -100.0  # nobody routes there
     g = torch.Generator().manual_seed(seed + 1)
     X = torch.randn(P, tokens, dim, generator=g, dtype=dt)  # (P, N, C): every rank's batch
     Wt = torch.randn(P, tokens, dim, generator=g, dtype=dt)  # a random linear loss per rank

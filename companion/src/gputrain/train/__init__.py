@@ -21,14 +21,14 @@ Modules, each readable in one sitting:
 * :mod:`~gputrain.train.rundir` and :mod:`~gputrain.train.interrupt`: the
   directories a run probes and locks, and Ctrl-C or SIGTERM ending it with a
   checkpoint;
-* :mod:`~gputrain.train.generate`: ``sample`` and ``evaluate_text`` on a
-  trained checkpoint.
+* :mod:`~gputrain.train.generate`: ``sample``, ``stream_samples`` and
+  ``evaluate_text`` on a trained checkpoint.
 """
 
 from .checkpoint import CheckpointError, list_checkpoints, read_checkpoint
 from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, lr_lambda, make_optimizer, param_groups
 from .config import PRESETS, TrainConfig, data_source, gpt2_small, preset_config, small, tiny
-from .generate import evaluate_text, load_model, sample
+from .generate import evaluate_text, load_model, sample, stream_samples
 from .inputs import EpochSampler, WithLoss, build_data, load_text
 from .loop import Progress, TrainResult, check_hardware, make_accelerator, summary_line, train
 from .runlog import LOG_COLUMNS, RunLog, event_steps, plot_history, read_history
@@ -54,6 +54,7 @@ __all__ = [
     "evaluate_text",
     "load_model",
     "sample",
+    "stream_samples",
     "EpochSampler",
     "WithLoss",
     "build_data",

@@ -54,6 +54,11 @@ OPTIMIZERS: dict[str, OptimizerChoice] = {
         lambda g, c: scratch.Lion(g, lr=c.lr, betas=(c.beta1, c.beta2)),
         "Lion (from scratch, gputrain.optim.Lion: torch has none); use a 3-10x smaller lr",
     ),
+    "muon": OptimizerChoice(
+        lambda g, c: scratch.Muon(g, lr=c.lr, betas=(c.beta1, c.beta2), adjust_lr="match_rms_adamw", ns_dtype=None),
+        "Muon (chapter 5, gputrain.optim.Muon): orthogonalised momentum for matrices, AdamW for the rest; "
+        "AdamW-sized steps, so AdamW's lr is a start",
+    ),
     "scratch-adamw": OptimizerChoice(
         lambda g, c: scratch.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2)),
         "chapter 5's AdamW from scratch (gputrain.optim.AdamW)",

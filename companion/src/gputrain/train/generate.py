@@ -7,9 +7,10 @@ A checkpoint is read and verified the same way a resumed run reads it
 
 from __future__ import annotations
 
+import codecs
 import math
 from dataclasses import asdict, fields
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -43,42 +44,66 @@ def _as_model(checkpoint_or_model) -> GPT:
     return checkpoint_or_model if isinstance(checkpoint_or_model, GPT) else load_model(checkpoint_or_model)[0]
 
 
-def sample(
-    checkpoint_or_model,
-    prompt: str = "\n",
-    tokens: int = 200,
-    temperature: float = 0.8,
-    top_k: Optional[int] = 40,
-    seed: int = 1,
-) -> str:
-    """The prompt and ``tokens`` sampled bytes after it, decoded as UTF-8 (chapter 6).
-
-    ``temperature`` divides the logits (lower: safer, more repetitive);
-    ``top_k`` keeps only the k likeliest next bytes (0 or None: all of them).
-    The same ``seed`` gives the same text.  Bytes that do not form valid
-    UTF-8 are shown as U+FFFD.
-    """
+def _check_sampling(prompt: str, tokens: int, temperature: float, top_k: Optional[int], num_samples: int) -> None:
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if not (temperature > 0 and math.isfinite(temperature)):
         raise ValueError(f"temperature must be a positive number, got {temperature}; try 0.8")
     if top_k is not None and top_k < 0:
         raise ValueError(f"top_k must be >= 1 (or 0 for no cut), got {top_k}")
     if not prompt:
         raise ValueError("prompt is empty; give at least one character (e.g. a newline)")
+
+
+def stream_samples(
+    checkpoint_or_model,
+    prompt: str = "\n",
+    tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: Optional[int] = 40,
+    seed: int = 1,
+    num_samples: int = 1,
+    use_cache: bool = True,
+) -> Iterator[tuple[int, str]]:
+    """Yield ``(sample number, text)`` pieces as the bytes are generated: the prompt first (chapter 6).
+
+    Samples come one after another from one random generator seeded with
+    ``seed``.  Bytes are decoded as UTF-8 as they arrive; a character whose
+    bytes are still incomplete waits for the rest, and bytes that never form
+    valid UTF-8 show as U+FFFD.  ``use_cache`` (the default) keeps a
+    :class:`gputrain.model.KVCache`; the text is the same without it, only slower.
+    """
+    _check_sampling(prompt, tokens, temperature, top_k, num_samples)
     model = _as_model(checkpoint_or_model)
     ids = ByteTokenizer.encode_tensor(prompt)  # (T,)
     if int(ids.max()) >= model.cfg.vocab_size:
         raise ValueError(f"the prompt has bytes beyond the model's vocabulary of {model.cfg.vocab_size}")
     generator = torch.Generator().manual_seed(seed)
-    out = model.generate(
-        ids[None].to(next(model.parameters()).device),
-        tokens,
-        temperature=temperature,
-        top_k=top_k or None,
-        generator=generator,
-    )  # (1, T + tokens)
-    return bytes(out[0].tolist()).decode("utf-8", errors="replace")
+    ids = ids[None].to(next(model.parameters()).device)  # (1, T)
+    for n in range(num_samples):
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        yield n, prompt
+        for nxt in model.stream(ids, tokens, temperature, top_k or None, generator, use_cache):  # (1, 1)
+            piece = decoder.decode(bytes([int(nxt)]))
+            if piece:
+                yield n, piece
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield n, tail
+
+
+def sample(checkpoint_or_model, prompt: str = "\n", tokens: int = 200, **sampling) -> str:
+    """The prompt and ``tokens`` sampled bytes after it, decoded as UTF-8 (chapter 6).
+
+    ``sampling``: ``temperature`` divides the logits (default 0.8; lower:
+    safer, more repetitive); ``top_k`` keeps only the k likeliest next bytes
+    (default 40; 0 or None: all of them); the same ``seed`` (default 1) gives
+    the same text.  Bytes that do not form valid UTF-8 are shown as U+FFFD.
+    :func:`stream_samples` yields the same text piece by piece.
+    """
+    return "".join(piece for _, piece in stream_samples(checkpoint_or_model, prompt, tokens, **sampling))
 
 
 @torch.no_grad()

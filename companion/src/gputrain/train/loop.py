@@ -24,6 +24,7 @@ import contextlib
 import importlib.util
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Optional
@@ -39,7 +40,7 @@ from tqdm.auto import tqdm
 from ..memory import apply_activation_checkpointing
 from ..model import GPT
 from ..moe import MoE, update_router_biases
-from ..speed import fp32_matmul
+from ..speed import fp32_matmul, native_bf16
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -142,6 +143,10 @@ class TrainResult:
         }
 
 
+class Bf16SlowWarning(UserWarning):
+    """bf16 asked for on a CPU that converts every bf16 operand in software (shown once per process)."""
+
+
 def check_hardware(cfg: TrainConfig) -> None:
     """One clear error where Accelerate would silently fall back (fp16 on a CPU) or fail deep inside."""
     cuda = torch.cuda.is_available()
@@ -151,6 +156,13 @@ def check_hardware(cfg: TrainConfig) -> None:
         )
     if cfg.mixed_precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         raise ValueError("mixed_precision='bf16' needs an Ampere or newer GPU; use 'fp16' or 'no'")
+    if cfg.mixed_precision == "bf16" and not cuda and not (bf16 := native_bf16("cpu")).native:
+        warnings.warn(
+            f"mixed_precision='bf16' on a CPU without native bf16: {bf16}; this run will be slower "
+            "than with mixed_precision='no' (chapter 7 emulates bf16 in FP32 instead)",
+            Bf16SlowWarning,
+            stacklevel=4,  # the line that called train()
+        )
     if cfg.mixed_precision == "fp8":
         if not cuda or torch.cuda.get_device_capability() < (8, 9):
             raise ValueError(

@@ -193,7 +193,7 @@ def report(folder: Path = TW) -> int:
     return total
 
 
-_ROLE = re.compile(r"\{([a-z:]+)\}`([^`]*)`")
+_ROLE = re.compile(r"\{([a-z:-]+)\}`([^`]*)`")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _CJK = re.compile(r"[\u3400-\u9fff]")

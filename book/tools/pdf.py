@@ -66,12 +66,14 @@ TEXT = {
 # pdf.css turns synthesis off). It fails to subset a face of a font collection and embeds the whole
 # 21 MB file, so each face is first cut to the characters the edition uses (fontTools) and served
 # to the page as a web font.
+# (the English edition quotes the articles' Chinese titles too)
 CJK_FACES = {
+    "en": {"GT Ming": "AR PL UMing TW", "GT Hei": "WenQuanYi Micro Hei"},
     "zh_TW": {"GT Ming": "AR PL UMing TW", "GT Hei": "WenQuanYi Micro Hei"},
     "zh_CN": {"GT Ming": "AR PL UMing CN", "GT Hei": "WenQuanYi Micro Hei"},
 }
-FONTS = {"en": '"DejaVu Sans"', "zh_TW": '"DejaVu Sans", "GT Ming"', "zh_CN": '"DejaVu Sans", "GT Ming"'}
-HEI = {"en": '"DejaVu Sans"', "zh_TW": '"DejaVu Sans", "GT Hei"', "zh_CN": '"DejaVu Sans", "GT Hei"'}
+FONTS = {edition: '"DejaVu Sans", "GT Ming"' for edition in CJK_FACES}
+HEI = {edition: '"DejaVu Sans", "GT Hei"' for edition in CJK_FACES}
 MONO = {edition: '"DejaVu Sans Mono"' + fonts[len('"DejaVu Sans"') :] for edition, fonts in FONTS.items()}
 
 
@@ -370,7 +372,7 @@ def _print(page, origin: str, html: str, target: Path, edition: str) -> None:
         header_template="<span></span>",
         footer_template=_footer(edition),
         outline=True,
-        tagged=True,
+        tagged=True,  # Chromium builds the bookmarks from the structure tree: half the bytes, but needed
     )
     page.unroute(url)
     page.unroute(f"{origin}/__pdf__/fonts/*")

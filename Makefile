@@ -4,9 +4,10 @@
 #   make serve   serve _build/html on http://localhost:$(PORT)
 #   make execute run the notebooks in place (store fresh outputs before committing)
 #   make translations  extract the English messages into the Chinese catalogs, print what is untranslated
+#   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -25,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 help:
-	@sed -n '2,6p' Makefile | sed 's/^# //'
+	@sed -n '2,7p' Makefile | sed 's/^# //'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,16 @@ browser-deps:
 	@command -v chromium >/dev/null && fc-list 2>/dev/null | grep -q "Noto Sans CJK" || \
 	  { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium fonts-noto-cjk; }
 
+# make pdf prints the built site with the same Chromium (book/tools/pdf.py says why); pdfinfo and
+# pdftotext (poppler-utils) read the PDF back; AR PL UMing is the Chinese type, embedded as TrueType.
+pdf-deps: browser-deps
+	@command -v pdftotext >/dev/null && fc-list 2>/dev/null | grep -q "AR PL UMing" && fc-list | grep -q "WenQuanYi Micro Hei" && fc-list | grep -q "DejaVu Sans" || \
+	  { $(SUDO) apt-get update -qq && $(APT_INSTALL) poppler-utils fonts-arphic-uming fonts-wqy-microhei fonts-dejavu-core; }
+
+# _build/html/how-a-gpu-trains-ai-en.pdf, zh-tw/how-a-gpu-trains-ai-zh-tw.pdf, zh-cn/how-a-gpu-trains-ai-zh-cn.pdf
+pdf: book pdf-deps
+	$(PY) book/tools/pdf.py
+
 # English changed? New messages land in book/locales/zh_TW/ untranslated; translate them (see README)
 translations: setup
 	$(PY) book/tools/translations.py update
@@ -63,7 +74,7 @@ lint: setup
 	$(PY) -m ruff check --config companion/pyproject.toml $(LINT_PATHS)
 	$(PY) -m ruff format --check --config companion/pyproject.toml $(LINT_PATHS)
 
-test: vendor browser-deps lint
+test: vendor browser-deps pdf-deps lint
 	$(PY) -m pytest -c tests/pytest.ini --rootdir=. tests $(NB) $(PYTEST_ARGS)
 
 # the notebooks alone, failing any that runs over its 3-minute budget (make test only reports the times)

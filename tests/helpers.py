@@ -1,12 +1,11 @@
 """Helpers shared by several test files (tests/ is on sys.path via pytest.ini's pythonpath)."""
 
+import functools
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # a Chinese character (CJK Unified Ideographs and Extension A)
@@ -15,16 +14,20 @@ CJK = re.compile(r"[\u3400-\u9fff]")
 
 def toc_docnames() -> list[str]:
     """The book's pages in table-of-contents order: the root, then every file of every part."""
+    sys.path.insert(0, str(ROOT / "book" / "tools"))
+    from toc import docnames
 
-    def files(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                yield entry["file"]
-            yield from files(entry.get("sections"))
-            yield from files(entry.get("chapters"))
+    return docnames()
 
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return [toc["root"], *files(toc.get("parts")), *files(toc.get("chapters"))]
+
+@functools.cache
+def built_site() -> Path:
+    """The website, all three editions, built once per test session with warnings as errors
+    (test_site.py checks it in a browser, test_pdf.py prints it)."""
+    sys.path.insert(0, str(ROOT / "book" / "tools"))
+    from build import build
+
+    return build(execute=False, strict=True)
 
 
 def snapshot(root: Path) -> dict:

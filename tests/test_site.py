@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import CJK, toc_docnames
+from helpers import CJK, built_site, toc_docnames
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -41,9 +41,7 @@ WAIT_MS = 120_000
 
 @pytest.fixture(scope="module")
 def site():
-    from build import build
-
-    html = build(execute=False, strict=True)  # raises on any warning
+    html = built_site()  # raises on any warning
     assert (html / "index.html").exists()
     return html
 

@@ -9,6 +9,7 @@ generated from the Traditional ones (OpenCC plus the committed term table).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -107,7 +108,8 @@ def test_the_simplified_catalogs_are_generated_from_the_traditional(tmp_path, ca
     for docname, catalog in generated.items():
         for m in catalog:
             if m.id and m.string:
-                assert "平行" not in m.string and "記憶體" not in m.string, f"{docname}: {m.string[:60]}"
+                text = re.sub("“[^“”]*”", "", m.string)  # a quotation of an article keeps its words (资料平行)
+                assert "平行" not in text and "記憶體" not in text, f"{docname}: {m.string[:60]}"
 
 
 def test_every_override_names_a_message_that_exists(catalogs):

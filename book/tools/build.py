@@ -11,6 +11,9 @@ catalogs (``book/tools/translations.py``); the Simplified catalogs are
 generated first.  Their copies of the static assets and figures that are
 identical to the English site's are removed and their pages pointed at the
 English copies, so MathJax, the widget manager and every figure exist once.
+Each Chinese edition then gets its own notebooks (``book/tools/notebooks.py``):
+the download button of a Chinese page gives that page's translated notebook,
+and the edition's zip of all of them lies beside its pages.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from languages import EDITIONS  # noqa: E402
+from notebooks import StaleCatalog  # noqa: E402
+from notebooks import install as install_notebooks  # noqa: E402
 from translations import BUILD_LOCALES, messages_dir, read_catalog, search_terms, simplified, simplifier  # noqa: E402
 from vendor import ROOT, vendor  # noqa: E402
 
@@ -133,6 +138,8 @@ def build(
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(output / "_build" / edition / "_build" / "html", target)
         share_assets(html, EDITIONS[edition][1])
+        if toc == ROOT / "_toc.yml":  # the whole book: its notebooks in the edition's language
+            install_notebooks(html, edition)
     return html
 
 
@@ -196,4 +203,6 @@ if __name__ == "__main__":
         html = build(execute=args.execute, strict=not args.no_strict, editions=editions)
     except subprocess.CalledProcessError as exc:
         sys.exit(f"book build failed (exit {exc.returncode}); the warnings above name the file and line")
+    except StaleCatalog as exc:
+        sys.exit(f"book build failed: a Chinese notebook cannot be translated: {exc}")
     print(f"\nThe book is built: open file://{html / 'index.html'}  (or run `make serve`)")

@@ -11,7 +11,8 @@ untranslated messages per page is printed.
 The Simplified catalogs are never committed: ``simplified`` writes them into
 ``_build/locales/zh_CN/`` from the Traditional ones with OpenCC (``tw2sp``),
 then the committed term table ``book/locales/zh_CN/terms.tsv`` (mainland terms
-OpenCC misses) and the per-message overrides ``book/locales/zh_CN/overrides.po``.
+OpenCC misses) and the per-message overrides ``book/locales/zh_CN/overrides.po``; a quotation
+of the source articles listed in ``book/locales/zh_CN/quotations.tsv`` keeps the article's wording.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def report(folder: Path = TW) -> int:
     return total
 
 
-_ROLE = re.compile(r"\{([a-z:]+)\}`([^`]*)`")
+_ROLE = re.compile(r"\{([a-z:-]+)\}`([^`]*)`")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -272,9 +273,19 @@ def _shield(table: tuple[tuple[str, str], ...]) -> tuple[re.Pattern, dict[str, s
     return pattern, {t.replace(" ", ""): m for t, m in table}
 
 
-def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
-    """Taiwan Traditional -> mainland Simplified: the term table first (its matches are
-    shielded from OpenCC by placeholders), then OpenCC tw2sp for everything else."""
+def quotations(path: Path = CN_SOURCES / "quotations.tsv") -> list[str]:
+    """The committed quotations of the source articles, as the zh_TW catalogs quote them in 「」."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            rows.append(line.split("\t")[0])
+    return sorted(rows, key=len, reverse=True)
+
+
+def to_simplified(text: str, table: list[tuple[str, str]], converter, quotes: dict[str, str] | None = None) -> str:
+    """Taiwan Traditional -> mainland Simplified: a quotation of the source articles (``quotes``:
+    「quoted」 -> its characters in Simplified script) stays the article's wording; then the term
+    table (its matches are shielded from OpenCC by placeholders), then OpenCC tw2sp for the rest."""
     pattern, index = _shield(tuple(table))
     found = []
 
@@ -282,6 +293,12 @@ def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
         found.append(index[match.group(0).replace(" ", "")])
         return f"\ue000{len(found) - 1}\ue001"
 
+    def keep(match: re.Match) -> str:
+        found.append(f"「{quotes[match.group(1)]}」")
+        return f"\ue000{len(found) - 1}\ue001"
+
+    if quotes:
+        text = _quote_pattern(tuple(quotes)).sub(keep, text)
     converted = converter.convert(pattern.sub(shield, text))
     converted = re.sub("\ue000(\\d+)\ue001", lambda m: found[int(m.group(1))], converted)
     # a "Traditional / Simplified" pair (the glossary's) is one word once both are Simplified
@@ -290,12 +307,19 @@ def to_simplified(text: str, table: list[tuple[str, str]], converter) -> str:
     return converted.translate(_QUOTES)
 
 
+@functools.lru_cache(maxsize=4)
+def _quote_pattern(quotes: tuple[str, ...]) -> re.Pattern:
+    return re.compile("「(" + "|".join(re.escape(q) for q in sorted(quotes, key=len, reverse=True)) + ")」")
+
+
 def simplifier():
-    """``to_simplified`` with OpenCC's tw2sp and the committed term table: text -> text."""
+    """``to_simplified`` with OpenCC's tw2sp, the committed term table and the articles' quotations
+    (converted character by character, OpenCC t2s): text -> text."""
     import opencc
 
-    converter, table = opencc.OpenCC("tw2sp"), terms()
-    return lambda text: to_simplified(text, table, converter)
+    converter, table, characters = opencc.OpenCC("tw2sp"), terms(), opencc.OpenCC("t2s")
+    quotes = {q: characters.convert(q) for q in quotations()}
+    return lambda text: to_simplified(text, table, converter, quotes)
 
 
 _EDGE = "\\s（）()「」『』，。；：、"

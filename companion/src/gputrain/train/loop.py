@@ -291,7 +291,7 @@ class _Run:
         model_config = None
         if train_data is None:
             with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
-                train_data, val_data = build_data(cfg)
+                train_data, val_data = build_data(cfg, say=accelerator.print if cfg.progress else None)
             model = GPT(cfg.model_config())
             model_config = asdict(model.cfg)
         need = cfg.batch_size * accelerator.num_processes

@@ -75,12 +75,13 @@ CHOICES = {
 }
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, cls) -> None:
+def _add_config_flags(parser: argparse.ArgumentParser, cls, defaults: Optional[dict] = None) -> None:
+    """One flag per field of ``cls``; ``defaults`` (field -> text) replaces the dataclass default in the help."""
     helps = _field_help(cls)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         kind = type(f.default)
-        help_text = f"{helps.get(f.name, '')} (default: {f.default})"
+        help_text = f"{helps.get(f.name, '')} ({(defaults or {}).get(f.name) or f'default: {f.default}'})"
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in CHOICES:
@@ -333,7 +334,8 @@ def _add_bench(sub) -> None:
         "--preset",
         choices=["cpu", "gpu"],
         default=None,
-        help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's",
+        help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's "
+        "(gpu with CUDA, else cpu; GPUTRAIN_PRESET overrides); the defaults below follow it",
     )
     p_bench.add_argument(
         "--out", default=None, help="JSON file (default: OUT_DIR/ladder.json, ladder_cpu.json on the cpu preset)"
@@ -348,8 +350,17 @@ def _add_bench(sub) -> None:
     )
     p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
     p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
-    _add_config_flags(p_bench, LadderConfig)
+    _add_config_flags(p_bench, LadderConfig, _preset_defaults())
     p_bench.set_defaults(func=_cmd_bench)
+
+
+def _preset_defaults() -> dict[str, str]:
+    """Help text of each ladder flag's default under each preset (the dataclass's own default is neither's)."""
+    cpu, gpu = (dataclasses.asdict(ladder_config(name)) for name in ("cpu", "gpu"))
+    return {
+        name: f"default: {cpu[name]}" if cpu[name] == gpu[name] else f"default: {cpu[name]} on cpu, {gpu[name]} on gpu"
+        for name in cpu
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -75,7 +75,8 @@ def test_skips_on_a_cpu_say_why():
     cpu = torch.device("cpu")
     cfg = cpu_ladder(compile=False, rungs="fp32,tf32,bf16,compile")
     assert "tensor cores" in skip_reason("tf32", cfg, cpu)
-    assert skip_reason("compile", cfg, cpu) == "left out (--no-compile)"
+    assert skip_reason("compile", cfg, cpu) == "left out (--compile adds it)"
+    assert not cpu_ladder().compile and gpu_ladder().compile  # minutes of compiling on a small CPU
     assert skip_reason("sdpa", cfg, cpu) == "not selected (--rungs)"
     assert skip_reason("bf16", cfg, cpu) is None
     text = plan(cfg, cpu)

@@ -167,7 +167,7 @@ def test_the_whole_file_is_used_unless_capped_and_the_line_says_so(tmp_path):
     assert "training on 540,000 tokens" in lines[-1] and "validating on 60,000" in lines[-1]
     capped, _ = build_data(TrainConfig(data=str(f), corpus_bytes=100_000, **shape), say=lines.append)
     assert len(capped.tokens) == 90_000
-    assert "the first 100,000 bytes of f0.txt (600,000 on disk; capped by --corpus-bytes)" in lines[-1]
+    assert "the first 100,000 bytes of f0.txt (600,000 on disk; capped by corpus_bytes)" in lines[-1]
     build_data(TrainConfig(**shape), say=lines.append)
     assert "the first 400,000 bytes of stdlib" in lines[-1] and "the stdlib default" in lines[-1]
 

@@ -328,7 +328,10 @@ def _add_bench(sub) -> None:
         help="the speed ladder: tokens/s, MFU and memory per optimization",
         description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
         "torch.compile, a larger batch and a padded vocabulary, one change at "
-        "a time, on this machine; print a table and write JSON.",
+        "a time, on this machine; print a table and write JSON. The cpu preset leaves "
+        "torch.compile out (--compile adds minutes of compiling) and then times the training "
+        "loop's overhead: about 100 s of one core's time, some two minutes on a quiet two-core "
+        "machine and several times that on a busy one.",
     )
     p_bench.add_argument(
         "--preset",
@@ -348,8 +351,8 @@ def _add_bench(sub) -> None:
         default=None,
         help="also time gputrain.train against a plain loop (default: on cpu)",
     )
-    p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
-    p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
+    p_bench.add_argument("--loop-steps", type=int, default=150, help="steps per loop-overhead run (default: 150)")
+    p_bench.add_argument("--loop-rounds", type=int, default=5, help="loop-overhead rounds (default: 5)")
     _add_config_flags(p_bench, LadderConfig, _preset_defaults())
     p_bench.set_defaults(func=_cmd_bench)
 

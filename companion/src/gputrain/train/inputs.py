@@ -106,16 +106,22 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
     return train_set, val_set
 
 
+def _short(path: Path) -> str:
+    """``path`` with the home directory written ``~``."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+
+
 def data_line(cfg: TrainConfig, source: TextSource, corpus: TokenFile, train_set, val_set) -> str:
     """One line: how much of the data a run reads, its tokens, and what it trains and validates on."""
     if corpus.capped:
         on_disk = source.input_bytes()
-        why = "capped by --corpus-bytes" if cfg.corpus_bytes else "the stdlib default; --corpus-bytes N reads more"
+        why = "capped by corpus_bytes" if cfg.corpus_bytes else "the stdlib default; a larger corpus_bytes reads more"
         read = f"the first {corpus.n_bytes:,} bytes of {source.label} ("
         read += f"{on_disk:,} on disk; {why})" if on_disk is not None else f"{why})"
     else:
         read = f"all {corpus.n_bytes:,} bytes of {source.label}"
-    kept = "in memory" if corpus.path is None else f"cache {corpus.status}: {corpus.path}"
+    kept = "in memory" if corpus.path is None else f"cache {corpus.status}: {_short(corpus.path)}"
     dtype = str(corpus.tokens.dtype).replace("torch.", "")
     T = cfg.window
     return (

@@ -95,6 +95,9 @@ def test_cache_is_reused_and_rebuilt_when_the_file_changes(tmp_path):
         lambda p: p.write_bytes(p.read_bytes()[:5]),  # hardly anything left
         lambda p: p.write_bytes(b"garbage" * 20),  # not a token file
         lambda p: p.write_bytes(b"\x00" + p.read_bytes()[1:]),  # one token changed: its checksum fails
+        lambda p: p.write_bytes(
+            p.read_bytes().replace(b'"capped": false', b'"capped": "no!"')
+        ),  # metadata of a wrong type
     ],
 )
 def test_a_damaged_cache_is_rebuilt_with_a_one_line_notice(tmp_path, damage):

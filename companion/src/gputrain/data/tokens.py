@@ -62,10 +62,9 @@ def tokenizer_id(tokenizer) -> str:
 
 def default_cache_dir() -> Path:
     """``$GPUTRAIN_CACHE``, else ``$XDG_CACHE_HOME/gputrain`` (``~/.cache/gputrain``), plus ``tokens/``."""
-    root = os.environ.get("GPUTRAIN_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / (
-        "gputrain"
-    )
-    return Path(root) / "tokens"
+    if os.environ.get("GPUTRAIN_CACHE"):
+        return Path(os.environ["GPUTRAIN_CACHE"]) / "tokens"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gputrain" / "tokens"
 
 
 def _capped(data: bytes, left: Optional[int]) -> tuple[bytes, Optional[int], bool]:
@@ -173,6 +172,9 @@ def read_meta(path: Path) -> dict:
             f.seek(size - FOOTER_BYTES - int(m.group(1)))
             meta = json.loads(f.read(int(m.group(1))))
         data_bytes = meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize
+        kinds = {"key": dict, "capped": bool, "n_bytes": int, "tokens_sha256": str}
+        if not all(isinstance(meta[name], kind) for name, kind in kinds.items()):
+            raise CorruptCache("its metadata is incomplete")
         if data_bytes != size - FOOTER_BYTES - int(m.group(1)):
             raise CorruptCache(f"it holds {size} bytes, its metadata says {data_bytes} of tokens")
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -285,23 +287,30 @@ def _reuse(path: Path, source: TextSource, tok_id: str, dtype: torch.dtype, noti
         return None, "built"
     try:
         meta = read_meta(path)
+        return _matching(path, meta, source, tok_id, dtype)
     except CorruptCache as exc:
         notice(f"token cache {str(path)!r} is damaged ({exc}); rebuilding it")
         return None, "rebuilt (the cache was damaged)"
+
+
+def _matching(path: Path, meta: dict, source: TextSource, tok_id: str, dtype: torch.dtype):
+    """:func:`_reuse` once the metadata has been read; :class:`CorruptCache` when the file cannot be trusted."""
     changed = None, "rebuilt (the input changed)"
     if meta.get("tokenizer") != tok_id or meta.get("dtype") != str(np.dtype(_NUMPY[dtype])):
         return changed
     if source.rows is not None and source.fingerprint is None:
         return changed  # no content hash to trust: read the rows again
-    for p, size, mtime in meta.get("key", {}).get("files", []):  # a new size or mtime needs no hashing
-        st = os.stat(p) if os.path.exists(p) else None
-        if st is None or (st.st_size, st.st_mtime_ns) != (size, mtime):
-            return changed
+    try:
+        for p, size, mtime in meta["key"].get("files", []):  # a new size or mtime needs no hashing
+            st = os.stat(p) if os.path.exists(p) else None
+            if st is None or (st.st_size, st.st_mtime_ns) != (size, mtime):
+                return changed
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptCache(f"its metadata has no usable key ({exc})") from None
     if meta.get("key") != source.key():  # same sizes and times: compare the contents' SHA-256
         return changed
-    if _data_sha256(path, meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize) != meta.get("tokens_sha256"):
-        notice(f"token cache {str(path)!r} is damaged (its tokens fail their checksum); rebuilding it")
-        return None, "rebuilt (the cache was damaged)"
+    if _data_sha256(path, meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize) != meta["tokens_sha256"]:
+        raise CorruptCache("its tokens fail their checksum")
     return TokenFile(map_tokens(path, dtype, meta["n_tokens"]), meta["n_bytes"], meta["capped"], path, "reused"), ""
 
 

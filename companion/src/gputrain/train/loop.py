@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from ..memory import apply_activation_checkpointing
 from ..model import GPT
 from ..moe import MoE, update_router_biases
-from ..speed import fp32_matmul
+from ..speed import fp32_matmul, keep_freed_memory
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -268,6 +268,7 @@ def train(
     before anything is written.  Chapter 6 explains every line.
     """
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
+    keep_freed_memory()  # each step reuses the last step's buffers instead of faulting fresh pages in
     with matmuls:
         run = _Run.start(cfg, model, train_data, val_data, batch_hook)
         try:

@@ -330,8 +330,7 @@ def _add_bench(sub) -> None:
         "torch.compile, a larger batch and a padded vocabulary, one change at "
         "a time, on this machine; print a table and write JSON. The cpu preset leaves "
         "torch.compile out (--compile adds minutes of compiling) and then times the training "
-        "loop's overhead: about 100 s of one core's time, some two minutes on a quiet two-core "
-        "machine and several times that on a busy one.",
+        "loop's overhead: about 100 s on a quiet two-core machine, several times that on a busy one.",
     )
     p_bench.add_argument(
         "--preset",

@@ -22,6 +22,7 @@ from gputrain.bench import (
 from gputrain.cli import main
 from gputrain.model import GPT, GPTConfig
 from gputrain.results import read_result
+from gputrain.speed import Bf16Support
 
 TINY = dict(
     n_layer=2,
@@ -74,7 +75,8 @@ def test_skips_on_a_cpu_say_why():
     cpu = torch.device("cpu")
     cfg = cpu_ladder(compile=False, rungs="fp32,tf32,bf16,compile")
     assert "tensor cores" in skip_reason("tf32", cfg, cpu)
-    assert skip_reason("compile", cfg, cpu) == "left out (--no-compile)"
+    assert skip_reason("compile", cfg, cpu) == "left out (--compile adds it)"
+    assert not cpu_ladder().compile and gpu_ladder().compile  # minutes of compiling on a small CPU
     assert skip_reason("sdpa", cfg, cpu) == "not selected (--rungs)"
     assert skip_reason("bf16", cfg, cpu) is None
     text = plan(cfg, cpu)
@@ -91,10 +93,17 @@ def test_every_rung_sees_the_same_batches():
         assert xa.shape == (cfg.batch_size, cfg.block_size)
 
 
+def _bf16(native: bool):
+    """A stand-in for gputrain.speed.native_bf16: this CPU's bf16 products, native or emulated."""
+    return lambda dev_type=None: Bf16Support(native, 0.5 if native else 40.0, "stand-in")
+
+
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
     out = tmp_path_factory.mktemp("ladder") / "ladder.json"
-    result = run_ladder(LadderConfig(**TINY), torch.device("cpu"), out=out, command="pytest", log=lambda m: None)
+    with pytest.MonkeyPatch.context() as mp:  # the cumulative ladder, whatever this CPU does with bf16
+        mp.setattr("gputrain.bench.native_bf16", _bf16(True))
+        result = run_ladder(LadderConfig(**TINY), torch.device("cpu"), out=out, command="pytest", log=lambda m: None)
     return result, out
 
 
@@ -106,6 +115,8 @@ def test_ladder_rows_are_cumulative_and_skips_are_explained(ladder):
     on = [sum(r["settings"].values()) for r in measured]
     assert on == sorted(on) and on[0] == 0 and on[-1] == len(measured) - 1  # one more switch per rung
     assert "tokens_per_s" not in result.row("tf32") and "tokens_per_s" not in result.row("compile")
+    assert [r["builds_on"] for r in measured] == [None, "fp32", "fused_adamw", "bf16", "sdpa", "batch"]
+    assert result.row("bf16")["label"] == "+ bf16 autocast (native)"
     assert result.row("batch")["batch_size"] == TINY["big_batch_size"]
     assert result.row("pad_vocab")["vocab_size"] == 320 and result.row("sdpa")["vocab_size"] == 300
     assert result.rounds_done == 2
@@ -149,6 +160,48 @@ def test_time_cap_drops_later_rungs_but_keeps_one_round():
     assert result.row("fp32")["skipped"] is None and result.rounds_done == 1
     assert "time cap" in result.row("sdpa")["skipped"]
     assert any("stopped after 1 of 5 rounds" in n for n in result.notes)
+    table = result.table().splitlines()  # the table itself says the run was capped
+    assert "1 of 5 rounds of 2 steps per rung" in table[-2] and table[-1].startswith("CAPPED: stopped after 1 of 5")
+
+
+def test_an_emulated_bf16_rung_is_measured_but_later_rungs_leave_it_out(monkeypatch):
+    monkeypatch.setattr("gputrain.bench.native_bf16", _bf16(False))
+    cfg = LadderConfig(**{**TINY, "rounds": 1, "rungs": "fp32,bf16,sdpa,batch"})
+    result = run_ladder(cfg, torch.device("cpu"), log=lambda m: None)
+    bf16, sdpa, batch = (result.row(n) for n in ("bf16", "sdpa", "batch"))
+    assert bf16["label"] == "+ bf16 autocast (emulated)" and bf16["tokens_per_s"] > 0  # measured and reported
+    assert bf16["builds_on"] == "fp32" and "measured without it" in bf16["left_out_of_base"]
+    assert sdpa["builds_on"] == "fp32" and not sdpa["settings"]["bf16"] and sdpa["settings"]["sdpa"]
+    assert batch["builds_on"] == "sdpa" and not batch["settings"]["bf16"]
+    table = result.table()
+    assert "later rungs leave it out" in table and "note: + bf16 autocast (emulated): bf16 is emulated" in table
+    sdpa_line = next(line for line in table.splitlines() if line.startswith("+ SDPA"))
+    assert sdpa_line.split()[4] == "fp32"  # the "on top of" column, after the four words of the label
+    assert "CAPPED" not in table
+
+
+def test_bench_help_shows_each_presets_defaults():
+    out = run_cli("bench", "--help", timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps help lines
+    cpu, gpu = cpu_ladder(), gpu_ladder()
+    assert f"(default: {cpu.max_seconds} on cpu, {gpu.max_seconds} on gpu)" in text
+    assert f"(default: {cpu.threads} on cpu, {gpu.threads} on gpu)" in text
+    assert f"(default: {cpu.compile_scope} on cpu, {gpu.compile_scope} on gpu)" in text
+    assert "(default: 600.0)" not in text  # the dataclass's own default is neither preset's
+
+
+def test_loop_overhead_header_prints_the_threads_it_uses():
+    from gputrain.train.overhead import loop_overhead
+
+    lines = []
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = loop_overhead(steps=2, rounds=1, threads=1, log=lines.append)
+    finally:
+        torch.set_num_threads(saved)
+    assert "threads=1" in lines[0] and result["threads"] == 1
 
 
 def test_cli_bench_dry_run_and_bad_flag():

@@ -228,3 +228,21 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path, w
     straight = T.train(T.TrainConfig(**{**over, "checkpoint_dir": "", "checkpoint_interval": 0}))
     assert resumed.losses == straight.losses
     assert not list(tmp_path.glob(".step_*.tmp"))  # the next save cleaned up
+
+
+def test_a_checkpoint_older_than_a_model_field_resumes_with_that_fields_default():
+    """Checkpoints written before tie_embeddings and attention existed held their defaults then."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from gputrain.model import GPTConfig
+
+    shape = dict(vocab_size=256, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    model = GPT(GPTConfig(**shape))
+    weights = {k: v for k, v in model.state_dict().items() if k != "head.weight"}  # tied: stored once
+    old = {k: v for k, v in dataclasses.asdict(GPTConfig(**shape)).items() if k not in ("tie_embeddings", "attention")}
+    ckpt = SimpleNamespace(path="old", model_config=old, weights=weights, aliases={"head.weight": "wte.weight"})
+    now = dataclasses.asdict(GPTConfig(**shape, attention="flash-triton"))  # same weights, another kernel
+    C.check_compatible(ckpt, model, now)
+    with pytest.raises(C.CheckpointError, match="tie_embeddings=True"):
+        C.check_compatible(ckpt, model, dataclasses.asdict(GPTConfig(**shape, tie_embeddings=False)))

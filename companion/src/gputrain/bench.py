@@ -13,6 +13,12 @@ Every rung keeps what the rungs before it switched on and adds one thing:
  8    pad_vocab    the vocabulary padded to a multiple of 64 (50257 -> 50304)
 ====  ===========  ==================================================================
 
+One exception keeps the later rungs honest: a rung that this machine can only
+emulate (bf16 on a CPU without native bf16 products, measured once by
+:func:`gputrain.speed.native_bf16`) is measured and reported, but the rungs
+after it build on the rung before it, so its slowdown does not hide what they
+do.  Each row names the rung it builds on.
+
 Same model (same seed, same shape), same data (the same batches in the same
 order), and the rungs are timed in alternating rounds (rung 1, 2, ..., 8,
 then again), so a neighbour's burst of load slows every rung a little instead
@@ -43,7 +49,7 @@ from .flops import gpt_train_flops_per_token, matmul_params, mfu
 from .memory import held_bytes, measure_step
 from .model import GPT, CausalSelfAttention, GPTConfig
 from .results import first_line, write_result
-from .speed import ThroughputMeter, cpu_threads, fp32_matmul, peak_for_mfu
+from .speed import ThroughputMeter, cpu_threads, fp32_matmul, native_bf16, peak_for_mfu
 
 # (name, what changes, why it can help) in ladder order.
 RUNGS: list[tuple[str, str, str]] = [
@@ -117,8 +123,14 @@ class LadderConfig:
 
 
 def cpu_ladder(**overrides) -> LadderConfig:
-    """A 1 M-parameter GPT on one CPU thread: the whole ladder in about a minute, compile excluded."""
-    base = dict(threads=1, compile_scope="blocks", max_seconds=180.0)
+    """A 1 M-parameter GPT on one CPU thread (``gputrain bench --preset cpu``; its help gives the measured time).
+
+    ``torch.compile`` is left out: on two cores its cold compiles alone take
+    minutes, longer than every other rung together, and at this size the
+    compiled step is no faster (appendix "Making it fast"); ``compile=True``
+    (``--compile``) adds it.
+    """
+    base = dict(threads=1, compile=False, compile_scope="blocks", max_seconds=180.0)
     return LadderConfig(**{**base, **overrides})
 
 
@@ -231,6 +243,25 @@ def fresh_compile_caches(enabled: bool = True):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def rung_label(name: str, label: str, dev: torch.device) -> str:
+    """The rung's label, with the bf16 rung marked native or emulated on this device."""
+    if name != "bf16":
+        return label
+    return f"{label} ({'native' if native_bf16(dev.type).native else 'emulated'})"
+
+
+def left_out_of_base(name: str, dev: torch.device) -> Optional[str]:
+    """Why the rungs after ``name`` should not build on it (``None``: they do)."""
+    if name == "bf16" and dev.type == "cpu":
+        support = native_bf16("cpu")
+        if not support.native:
+            return (
+                f"bf16 is emulated on this CPU ({support.slowdown:.0f}x the fp32 matmul time); "
+                "the rungs after it are measured without it"
+            )
+    return None
+
+
 def has_c_compiler() -> bool:
     """torch.compile on a CPU writes C++ and needs a compiler to build it."""
     return any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++", "g++"))
@@ -246,7 +277,7 @@ def skip_reason(name: str, cfg: LadderConfig, dev: torch.device) -> Optional[str
     if name == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         return "this GPU has no bf16 (Ampere or newer needed)"
     if name == "compile" and not cfg.compile:
-        return "left out (--no-compile)"
+        return "left out (--compile adds it)"
     if name == "compile" and not cuda and not has_c_compiler():
         return "torch.compile on a CPU needs a C compiler; none on PATH"
     if name == "fused_adamw":
@@ -367,21 +398,39 @@ class LadderResult:
         return next(r for r in self.rows if r["rung"] == name)
 
     def table(self) -> str:
-        """The ladder as a text table: tokens/s, speed-up over the baseline, MFU, peak memory."""
-        base = next((r["tokens_per_s"] for r in self.measured_rows()), None)
-        lines = [f"{'rung':<22} {'tokens/s':>9} {'x base':>6} {'MFU':>6} {'MFU meas':>8} {'peak mem':>10}  note"]
+        """The ladder as a text table: what each rung builds on, tokens/s, speed-ups, MFU, peak memory, notes."""
+        c = self.config
+        measured = {r["rung"]: r for r in self.measured_rows()}
+        base = next(iter(measured.values()), {}).get("tokens_per_s")
+        lines = [
+            f"speed ladder on {self.device} ({self.device_type}), {self.threads} thread(s): GPT {c['n_layer']} x "
+            f"{c['n_embd']}, {c['n_head']} heads, T = {c['block_size']}, vocab {c['vocab_size']}",
+            f"{'rung':<26} {'on top of':<12} {'tokens/s':>9} {'x fp32':>6} {'x prev':>6} {'MFU':>6} {'MFU meas':>8} "
+            f"{'peak mem':>10}  note",
+        ]
+        pct = lambda v: f"{v:6.1%}" if v is not None else f"{'n/a':>6}"  # noqa: E731
         for r in self.rows:
             if not r.get("tokens_per_s"):
-                lines.append(f"{r['label']:<22} {'-':>9}  skipped: {r['skipped']}")
+                lines.append(f"{r['label']:<26} {'':<12} {'-':>9}  skipped: {r['skipped']}")
                 continue
-            pct = lambda v: f"{v:6.1%}" if v is not None else f"{'n/a':>6}"  # noqa: E731
-            mem = _bytes_text(r.get("peak_memory_bytes"))
-            note = f"compile {r['compile_seconds']:.1f} s" if r.get("compile_seconds") is not None else ""
+            prev = measured.get(r.get("builds_on") or "", {}).get("tokens_per_s")
+            over_prev = f"{r['tokens_per_s'] / prev:5.2f}x" if prev else f"{'-':>6}"
+            notes = [f"compile {r['compile_seconds']:.1f} s"] if r.get("compile_seconds") is not None else []
+            if r.get("left_out_of_base"):
+                notes.append("later rungs leave it out")
             lines.append(
-                f"{r['label']:<22} {r['tokens_per_s']:9,.0f} {r['tokens_per_s'] / base:5.2f}x "
-                f"{pct(r['mfu'])} {pct(r['mfu_measured']):>8} {mem}  {note}"
+                f"{r['label']:<26} {r.get('builds_on') or '-':<12} {r['tokens_per_s']:9,.0f} "
+                f"{r['tokens_per_s'] / base:5.2f}x {over_prev} "
+                f"{pct(r['mfu'])} {pct(r['mfu_measured']):>8} {_bytes_text(r.get('peak_memory_bytes'))}  "
+                + "; ".join(notes)
             )
-        return "\n".join(lines)
+        lines.append(
+            f"{self.rounds_done} of {c['rounds']} rounds of {c['steps']} steps per rung (each rung's median round); "
+            f"{self.seconds_total:.0f} s in all"
+        )
+        lines += [f"note: {r['label']}: {r['left_out_of_base']}" for r in self.rows if r.get("left_out_of_base")]
+        lines += [f"CAPPED: {n}" for n in self.notes]
+        return "\n".join(line.rstrip() for line in lines)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -460,17 +509,24 @@ def _empty_result(cfg: LadderConfig, dev: torch.device) -> LadderResult:
 
 
 def _build_rungs(cfg, dev, result: LadderResult, t_start: float, save, log) -> list[tuple[Rung, dict]]:
-    """Each rung adds one change to the recipe before it; build and warm up those not skipped."""
+    """Each rung adds one change to the base recipe; build and warm up those not skipped.
+
+    A rung joins the base that later rungs build on unless :func:`left_out_of_base` says otherwise.
+    """
     data = Batches(cfg, dev)
-    recipe, rungs = Recipe(), []
+    base, base_name, rungs = Recipe(), None, []
     for name, label, why in RUNGS:
-        row = {"rung": name, "label": label, "why": why, "skipped": skip_reason(name, cfg, dev)}
+        row = {"rung": name, "label": rung_label(name, label, dev), "why": why, "skipped": skip_reason(name, cfg, dev)}
         # a rung starts only in the first three quarters of the cap: the rounds need the rest
         if row["skipped"] is None and rungs and time.perf_counter() - t_start > 0.75 * cfg.max_seconds:
             row["skipped"] = f"not run: the {cfg.max_seconds:.0f} s time cap was near"
+        recipe = base
         if row["skipped"] is None:
-            recipe = dataclasses.replace(recipe, **{name: True}) if name != "fp32" else recipe
-            log(f"warming up {label} ...")
+            recipe = dataclasses.replace(base, **{name: True}) if name != "fp32" else base
+            row.update(builds_on=base_name, left_out_of_base=left_out_of_base(name, dev))
+            if not row["left_out_of_base"]:
+                base, base_name = recipe, name
+            log(f"warming up {row['label']} ...")
             rung = Rung(name, recipe, cfg, data, dev)
             row.update(_warm_up(rung, cfg))
             rungs.append((rung, row))

@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from . import __version__
 from . import cli_spec as spec
@@ -67,8 +67,24 @@ def _names(module: str, table: str) -> list[str]:
     return spec.table_names(module, table)
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, config: tuple[str, str]) -> None:
-    """One flag per field of the dataclass ``config``, grouped under the comment lines that open its sections."""
+class _LazyText:
+    """Help text computed when ``--help`` prints it (argparse formats help with ``%``), not when the parser is built."""
+
+    def __init__(self, compute, name: str):
+        self.compute, self.name = compute, name
+
+    def __str__(self) -> str:
+        return self.compute(self.name)
+
+
+def _add_config_flags(
+    parser: argparse.ArgumentParser, config: tuple[str, str], defaults: Optional[Callable[[str], str]] = None
+) -> None:
+    """One flag per field of the dataclass ``config``, grouped under the comment lines that open its sections.
+
+    ``defaults`` (field name -> text) replaces the dataclass default in the help; it runs only for ``--help``,
+    so building the parser imports nothing heavy.
+    """
     groups: dict[Optional[str], object] = {}
     for f in spec.config_fields(*config):
         if f.section not in groups:
@@ -76,13 +92,17 @@ def _add_config_flags(parser: argparse.ArgumentParser, config: tuple[str, str]) 
             groups[f.section] = parser.add_argument_group(title, about or None) if f.section else parser
         group = groups[f.section]
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.help} (default: {f.default})"
+        help_text = f"{f.help} ({'%(preset_default)s' if defaults else f'default: {f.default}'})"
         if f.kind is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            action = group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in CHOICES:
-            group.add_argument(flag, choices=_names(*CHOICES[f.name]), default=None, help=help_text)
+            action = group.add_argument(flag, choices=_names(*CHOICES[f.name]), default=None, help=help_text)
         else:
-            group.add_argument(flag, type=f.kind, default=None, metavar=f.kind.__name__.upper(), help=help_text)
+            action = group.add_argument(
+                flag, type=f.kind, default=None, metavar=f.kind.__name__.upper(), help=help_text
+            )
+        if defaults:
+            action.preset_default = _LazyText(defaults, f.name)
 
 
 def _given(args, config: tuple[str, str]) -> dict:
@@ -471,13 +491,16 @@ def _add_bench(sub) -> None:
         help="the speed ladder: tokens/s, MFU and memory per optimization",
         description="Train one GPT with fp32, TF32, fused AdamW, bf16, flash attention, "
         "torch.compile, a larger batch and a padded vocabulary, one change at "
-        "a time, on this machine; print a table and write JSON.",
+        "a time, on this machine; print a table and write JSON. The cpu preset leaves "
+        "torch.compile out (--compile adds minutes of compiling) and then times the training "
+        "loop's overhead: about 100 s on a quiet two-core machine, several times that on a busy one.",
     )
     p_bench.add_argument(
         "--preset",
         choices=["cpu", "gpu"],
         default=None,
-        help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's",
+        help="model size: a small GPT ('cpu') or GPT-2 small ('gpu'); default: this machine's "
+        "(gpu with CUDA, else cpu; GPUTRAIN_PRESET overrides); the defaults below follow it",
     )
     p_bench.add_argument(
         "--out", default=None, help="JSON file (default: OUT_DIR/ladder.json, ladder_cpu.json on the cpu preset)"
@@ -490,10 +513,18 @@ def _add_bench(sub) -> None:
         default=None,
         help="also time gputrain.train against a plain loop (default: on cpu)",
     )
-    p_bench.add_argument("--loop-steps", type=int, default=300, help="steps per loop-overhead run (default: 300)")
-    p_bench.add_argument("--loop-rounds", type=int, default=7, help="loop-overhead rounds (default: 7)")
-    _add_config_flags(p_bench, LADDER_CONFIG)
+    p_bench.add_argument("--loop-steps", type=int, default=150, help="steps per loop-overhead run (default: 150)")
+    p_bench.add_argument("--loop-rounds", type=int, default=5, help="loop-overhead rounds (default: 5)")
+    _add_config_flags(p_bench, LADDER_CONFIG, _preset_default)
     p_bench.set_defaults(func=_cmd_bench)
+
+
+def _preset_default(name: str) -> str:
+    """Help text of a ladder flag's default under each preset (the dataclass's own default is neither's)."""
+    from .bench import ladder_config  # imported only when --help is printed
+
+    cpu, gpu = (getattr(ladder_config(preset), name) for preset in ("cpu", "gpu"))
+    return f"default: {cpu}" if cpu == gpu else f"default: {cpu} on cpu, {gpu} on gpu"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

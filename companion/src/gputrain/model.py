@@ -31,6 +31,7 @@ class GPTConfig:
     dropout: float = 0.0  # dropout probability in attention and MLP outputs
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2 has them)
     attention: str = "sdpa"  # "sdpa" (torch's fused attention) or "flash-triton" (chapter 11's kernel, no dropout)
+    tie_embeddings: bool = True  # the output head reuses the token embedding matrix (GPT-2); False: its own
     # mixture of experts (chapter 9); n_experts=0 keeps every block dense
     n_experts: int = 0  # routed experts per MoE block
     n_shared_experts: int = 1  # always-on shared experts per MoE block
@@ -236,7 +237,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A GPT-2-style decoder: token + position embeddings, blocks, tied output head."""
+    """A GPT-2-style decoder: token + position embeddings, blocks, an output head tied to the embedding."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -247,7 +248,8 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.head.weight = self.wte.weight  # weight tying: one matrix reads and writes tokens
+        if cfg.tie_embeddings:
+            self.head.weight = self.wte.weight  # weight tying: one matrix reads and writes tokens
         self._mark_lookup_tables()
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
@@ -440,7 +442,7 @@ def count_params(model: nn.Module, trainable_only: bool = False) -> int:
 
 
 def gpt_num_params(cfg: GPTConfig, active: bool = False) -> int:
-    """Closed-form parameter count of :class:`GPT` (head tied to the token embedding).
+    """Closed-form parameter count of :class:`GPT` (the head counted once more when not tied).
 
     Per block: attention 4C^2 (qkv and proj) and MLP 8C^2 (C -> 4C -> C), so
     12C^2 weights, plus 13C biases and LayerNorm gains/shifts when ``bias``.
@@ -455,7 +457,8 @@ def gpt_num_params(cfg: GPTConfig, active: bool = False) -> int:
     if n_moe:
         moe_total, moe_active = moe.moe_layer_params(cfg.moe_config())
         swap = n_moe * ((moe_active if active else moe_total) - (8 * C * C + (5 * C if cfg.bias else 0)))
-    return V * C + T * C + L * per_block + final_ln + swap
+    head = 0 if getattr(cfg, "tie_embeddings", True) else V * C  # shapes without the field are tied
+    return V * C + T * C + L * per_block + final_ln + swap + head
 
 
 # --- the perceptron and what one layer cannot do (chapter 2) ----------------

@@ -7,12 +7,14 @@
 * **peaks and throughput**: :func:`measured_peak`, :func:`peak_for_mfu` and
   :class:`ThroughputMeter` (tokens per second) feed :func:`gputrain.flops.mfu`;
   :func:`count_ops` counts kernel launches and bytes moved;
-* **backend switches**: :func:`cpu_threads` and :func:`fp32_matmul` (TF32).
+* **backend switches**: :func:`cpu_threads`, :func:`fp32_matmul` (TF32) and
+  :func:`keep_freed_memory` (the C allocator's reuse of a step's buffers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import statistics
@@ -43,6 +45,29 @@ def cpu_threads(n: int):
         yield
     finally:
         torch.set_num_threads(old)
+
+
+@functools.lru_cache(maxsize=None)
+def keep_freed_memory(max_block: int = 32 * 2**20) -> bool:
+    """Let glibc's malloc keep freed blocks of up to ``max_block`` bytes for reuse (chapter 6's training loop).
+
+    A training step frees its activations and allocates the same sizes again
+    in the next step.  glibc returns every block above its mmap threshold
+    (128 KiB until the process frees some larger block) to the kernel at once,
+    so the next step faults the same pages in again, zero-filled: hundreds of
+    thousands of page faults in a short CPU run.  Fixing the threshold at 32 MiB,
+    the most glibc's own adjustment reaches, and the trim threshold at twice
+    that keeps a step's buffers in the process; peak memory stays the same.
+    Done once per process; returns False where the C library is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>
+    return bool(mallopt(m_mmap_threshold, max_block)) and bool(mallopt(m_trim_threshold, 2 * max_block))
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ order; every name is also importable from ``gputrain.data`` itself:
 - :mod:`gputrain.data.corpus`: files, text, exact de-duplication, deterministic splits
 - :mod:`gputrain.data.images`: photo -> (C, H, W) tensor, resize, normalisation, batch augmentation
 - :mod:`gputrain.data.tokenizer`: the byte tokenizer and a byte-level BPE trained from scratch
+- :mod:`gputrain.data.tokens`: a corpus tokenized once into a compact, memory-mapped cache file
 - :mod:`gputrain.data.loaders`: token datasets and loaders that yield shifted (x, y) pairs, and
   a loader's throughput measured against a model's step time
 - :mod:`gputrain.data.order`: digits in shuffled or class-sorted order, and training in that order
@@ -63,4 +64,11 @@ from .tokenizer import (  # noqa: F401
     BPETokenizer,
     ByteTokenizer,
     bytes_per_token,
+)
+from .tokens import (  # noqa: F401
+    TextSource,
+    TokenFile,
+    default_cache_dir,
+    token_dtype,
+    tokenize_source,
 )

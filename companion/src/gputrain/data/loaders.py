@@ -18,6 +18,9 @@ class TokenDataset(Dataset):
 
     Item ``i`` is ``(x, y)`` with ``x = tokens[i*T : i*T+T]`` and ``y`` the same
     window shifted by one: the target at every position is the next token.
+    The stream stays as it is given (a compact, memory-mapped uint8 one from
+    :func:`gputrain.data.tokenize_source`, say): only the window an item reads
+    is copied, as int64 ids.
     """
 
     def __init__(self, tokens: torch.Tensor, block_size: int):
@@ -29,7 +32,9 @@ class TokenDataset(Dataset):
             raise ValueError(
                 f"{len(tokens)} tokens cannot make one window of {block_size}+1; use more text or a smaller block_size"
             )
-        self.tokens = tokens.long()
+        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        self.tokens = tokens  # (N,) kept compact: no int64 copy of the corpus
         self.block_size = block_size
 
     def __len__(self) -> int:
@@ -39,7 +44,7 @@ class TokenDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         start = i * self.block_size
-        chunk = self.tokens[start : start + self.block_size + 1]
+        chunk = self.tokens[start : start + self.block_size + 1].long()  # (T + 1,) copied out of the stream
         return chunk[:-1], chunk[1:]  # (T,), (T,)
 
 

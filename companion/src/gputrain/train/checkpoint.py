@@ -12,6 +12,7 @@ and resumes through these functions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ import torch.nn as nn
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ..model import GPTConfig
 from ..results import first_line
 
 # A checkpoint is a directory step_00000100/ holding model.safetensors (the
@@ -291,11 +293,13 @@ def corrupt(path: Path, reason: str) -> CheckpointError:
 def check_compatible(ckpt: Checkpoint, model: nn.Module, model_config: Optional[dict]) -> None:
     """One clear error when the checkpoint was written by a model of another shape (either direction)."""
     if ckpt.model_config and model_config:
-        keys = sorted((set(ckpt.model_config) | set(model_config)) - {"dropout"})  # dropout has no shape
+        # a field an older checkpoint predates held its default then; dropout has no shape, and the
+        # attention implementation (SDPA or chapter 11's kernel) computes with the same weights
+        defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+        stored, current = {**defaults, **ckpt.model_config}, {**defaults, **model_config}
+        keys = sorted((set(stored) | set(current)) - {"dropout", "attention"})
         diff = ", ".join(
-            f"{k}={ckpt.model_config.get(k)} (this run: {model_config.get(k)})"
-            for k in keys
-            if ckpt.model_config.get(k) != model_config.get(k)
+            f"{k}={stored.get(k)} (this run: {current.get(k)})" for k in keys if stored.get(k) != current.get(k)
         )
         if diff:
             raise CheckpointError(

@@ -22,6 +22,9 @@ from ..model import GPTConfig
 from ..moe import BALANCES, ROUTERS
 from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, choice_error
 
+# Bytes of the standard library a run reads when corpus_bytes is 0: the notebooks' size on a CPU.
+STDLIB_DEFAULT_BYTES = 400_000
+
 
 @dataclass(kw_only=True)
 class TrainConfig:
@@ -39,7 +42,9 @@ class TrainConfig:
     n_layer: int = 2  # transformer blocks
     n_head: int = 4  # attention heads per block
     n_embd: int = 64  # width C of the residual stream
-    dropout: float = 0.0  # dropout probability in attention and MLP outputs
+    dropout: float = 0.0  # dropout probability on the embeddings and the attention and MLP outputs
+    bias: bool = True  # biases in the Linear and LayerNorm layers (GPT-2 has them; nanoGPT's default has none)
+    tie_embeddings: bool = True  # the output head shares the token embedding's matrix (GPT-2, nanoGPT)
     # experts (chapter 9): n_experts > 0 swaps the MLPs for DeepSeekMoE layers
     n_experts: int = 0  # routed experts per MoE block (0: a dense model)
     n_shared_experts: int = 1  # always-on shared experts per MoE block
@@ -53,7 +58,8 @@ class TrainConfig:
     moe_first_dense: int = 0  # the first blocks stay dense (DeepSeek-V3: 3)
     # data
     data: str = "stdlib"  # 'stdlib' (Python's own source), text files 'a.txt,dir/*.py', or 'hf:NAME[:SPLIT]'
-    corpus_bytes: int = 400_000  # at most this many bytes of text are read
+    corpus_bytes: int = 0  # read at most this many bytes of text (0: all of --data; of 'stdlib' its first 400,000)
+    cache_dir: str = ""  # where tokenized data is cached ('': $GPUTRAIN_CACHE or ~/.cache/gputrain; 'none': memory)
     seq_len: int = 0  # tokens per training window T (0: the model's block_size)
     val_fraction: float = 0.1  # trailing share of the text held out for validation
     seed: int = 1337  # seeds Python, NumPy, torch and the data order
@@ -123,7 +129,6 @@ class TrainConfig:
             "n_layer",
             "n_head",
             "n_embd",
-            "corpus_bytes",
             "batch_size",
             "grad_accum_steps",
             "max_steps",
@@ -136,6 +141,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in (
             "seq_len",
+            "corpus_bytes",
             "warmup_steps",
             "weight_decay",
             "grad_clip",
@@ -247,6 +253,8 @@ class TrainConfig:
             n_head=self.n_head,
             n_embd=self.n_embd,
             dropout=self.dropout,
+            bias=self.bias,
+            tie_embeddings=self.tie_embeddings,
             **moe,
         )
 
@@ -264,7 +272,6 @@ def small(**overrides) -> TrainConfig:
         n_embd=384,
         block_size=256,
         dropout=0.1,
-        corpus_bytes=20_000_000,
         batch_size=64,
         max_steps=5000,
         lr=1e-3,
@@ -272,7 +279,12 @@ def small(**overrides) -> TrainConfig:
         eval_interval=250,
         eval_batches=20,
     )
-    return TrainConfig(**{**base, **overrides})
+    return TrainConfig(**{**base, **_stdlib_bytes(overrides, 20_000_000), **overrides})
+
+
+def _stdlib_bytes(overrides: dict, n: int) -> dict:
+    """A preset's size for the stdlib corpus; a run on the user's own --data reads all of it."""
+    return {"corpus_bytes": n} if overrides.get("data", "stdlib") == "stdlib" else {}
 
 
 def gpt2_small(**overrides) -> TrainConfig:
@@ -288,7 +300,6 @@ def gpt2_small(**overrides) -> TrainConfig:
         n_head=12,
         n_embd=768,
         block_size=1024,
-        corpus_bytes=2_000_000_000,
         batch_size=16,
         grad_accum_steps=32,
         max_steps=10_000,
@@ -301,7 +312,7 @@ def gpt2_small(**overrides) -> TrainConfig:
         checkpoint_dir="checkpoints/gpt2_small",
         checkpoint_interval=1000,
     )
-    return TrainConfig(**{**base, **overrides})
+    return TrainConfig(**{**base, **_stdlib_bytes(overrides, 2_000_000_000), **overrides})
 
 
 PRESETS: dict[str, Callable[..., TrainConfig]] = {"tiny": tiny, "small": small, "gpt2_small": gpt2_small}

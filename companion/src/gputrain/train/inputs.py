@@ -1,14 +1,17 @@
-"""What a run trains on (chapter 6): the text, its byte-token windows, and a resumable data order.
+"""What a run trains on (chapter 6): the corpus's tokens, its windows, and a resumable data order.
 
-``load_text`` reads the corpus ``TrainConfig.data`` names (Python's own
-source, local files, or a Hugging Face dataset), ``build_data`` cuts it into
-train and validation windows, and :class:`EpochSampler` makes the order a
-pure function of (seed, epoch) so a resumed run sees the same batches.
+``load_tokens`` tokenizes the corpus ``TrainConfig.data`` names (Python's own
+source, local files, or a Hugging Face dataset) once into a compact,
+memory-mapped cache file (:mod:`gputrain.data.tokens`); ``build_data`` cuts
+the tokens into train and validation windows and says in one line how many
+bytes and tokens each side gets; :class:`EpochSampler` makes the order a pure
+function of (seed, epoch) so a resumed run sees the same batches.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import torch
@@ -16,22 +19,32 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import Sampler
 
-from ..data import ByteTokenizer, TokenDataset, python_corpus, read_text_files, split_tokens
+from ..data import ByteTokenizer, TextSource, TokenDataset, TokenFile, split_tokens, stdlib_files, tokenize_source
+from ..data.tokens import default_cache_dir
 from ..results import first_line
-from .config import TrainConfig, data_source
+from .config import STDLIB_DEFAULT_BYTES, TrainConfig, data_source
 from .step import Batch
 
 if TYPE_CHECKING:  # annotations only: the Accelerator is passed in
     from accelerate import Accelerator
 
 
-def load_text(cfg: TrainConfig) -> str:
-    """The training text: the stdlib corpus, local files, or a Hugging Face dataset's text column."""
-    source = data_source(cfg)
+def corpus_cap(cfg: TrainConfig) -> Optional[int]:
+    """Bytes of text a run reads: ``corpus_bytes``, or all of the data (the stdlib: its first 400,000)."""
+    if cfg.corpus_bytes:
+        return cfg.corpus_bytes
+    return STDLIB_DEFAULT_BYTES if cfg.data == "stdlib" else None
+
+
+def text_source(cfg: TrainConfig) -> TextSource:
+    """Where the run's text comes from, with its byte cap (a Hugging Face dataset is opened here)."""
+    source, cap = data_source(cfg), corpus_cap(cfg)
     if source == "stdlib":
-        return python_corpus(max_bytes=cfg.corpus_bytes)
+        files = stdlib_files()
+        return TextSource("stdlib", files, max_bytes=cap, identity={"stdlib": str(files[0].parent)})
     if isinstance(source, list):
-        return read_text_files(source, max_bytes=cfg.corpus_bytes)
+        label = source[0].name if len(source) == 1 else f"{source[0].name}+{len(source) - 1}"
+        return TextSource(label, source, max_bytes=cap, identity={"files": [str(p.resolve()) for p in source]})
     import datasets  # optional: the hf extra
 
     name, _, split = source[3:].partition(":")
@@ -43,23 +56,44 @@ def load_text(cfg: TrainConfig) -> str:
             "check the name and split, or pass local files"
         ) from None
     column = "text" if "text" in ds.column_names else ds.column_names[0]
-    parts, total = [], 0
-    for row in ds:
-        parts.append(str(row[column]))
-        total += len(parts[-1].encode("utf-8")) + 1
-        if total >= cfg.corpus_bytes:
-            break
-    return "\n".join(parts).encode("utf-8")[: cfg.corpus_bytes].decode("utf-8", errors="ignore")
+    return TextSource(
+        source,
+        rows=lambda: (row[column] for row in ds),
+        max_bytes=cap,
+        identity={"hf": str(Path(name).resolve()) if Path(name).exists() else name, "split": split, "column": column},
+        fingerprint=getattr(ds, "_fingerprint", None),
+    )
 
 
-def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
-    """Byte tokens of the text, split into train and validation windows of ``cfg.window`` tokens."""
-    text = load_text(cfg)
-    if not text:
+def load_text(cfg: TrainConfig) -> str:
+    """The training text as one string: the stdlib corpus, local files, or a Hugging Face dataset's text column."""
+    return b"".join(text_source(cfg).blocks()).decode("utf-8")
+
+
+def cache_dir(cfg: TrainConfig) -> Optional[Path]:
+    """Where tokenized data is kept: ``cfg.cache_dir``, the default cache, or None (``'none'``: memory only)."""
+    if cfg.cache_dir == "none":
+        return None
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+
+
+def load_tokens(cfg: TrainConfig, notice: Callable[[str], None] = None) -> tuple[TextSource, TokenFile]:
+    """The corpus as byte tokens (uint8), memory-mapped from the token cache; a notice goes to stderr."""
+    source = text_source(cfg)
+    say = notice or (lambda message: print(f"gputrain: {message}", file=sys.stderr, flush=True))
+    return source, tokenize_source(source, ByteTokenizer(), cache_dir(cfg), say)
+
+
+def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) -> tuple[TokenDataset, TokenDataset]:
+    """Byte tokens of the text, split into train and validation windows of ``cfg.window`` tokens.
+
+    ``say`` (if given) gets one line naming the bytes and tokens each split holds.
+    """
+    source, corpus = load_tokens(cfg)
+    if not len(corpus.tokens):
         raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
-    check_text(text, cfg)
-    tokens = ByteTokenizer.encode_tensor(text)  # (N,) one token per UTF-8 byte
-    train_tokens, val_tokens = split_tokens(tokens, cfg.val_fraction)
+    check_text(corpus.tokens, cfg)
+    train_tokens, val_tokens = split_tokens(corpus.tokens, cfg.val_fraction)  # views: no copy of the corpus
     need = cfg.window + 1
     for name, part, fraction in (("training", train_tokens, "smaller"), ("validation", val_tokens, "larger")):
         if len(part) < need:
@@ -67,7 +101,35 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
                 f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
                 f"use more text, a {fraction} val_fraction (now {cfg.val_fraction}), or a smaller seq_len"
             )
-    return TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
+    train_set, val_set = TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
+    if say:
+        say(data_line(cfg, source, corpus, train_set, val_set))
+    return train_set, val_set
+
+
+def _short(path: Path) -> str:
+    """``path`` with the home directory written ``~``."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+
+
+def data_line(cfg: TrainConfig, source: TextSource, corpus: TokenFile, train_set, val_set) -> str:
+    """One line: how much of the data a run reads, its tokens, and what it trains and validates on."""
+    if corpus.capped:
+        on_disk = source.input_bytes()
+        why = "capped by corpus_bytes" if cfg.corpus_bytes else "the stdlib default; a larger corpus_bytes reads more"
+        read = f"the first {corpus.n_bytes:,} bytes of {source.label} ("
+        read += f"{on_disk:,} on disk; {why})" if on_disk is not None else f"{why})"
+    else:
+        read = f"all {corpus.n_bytes:,} bytes of {source.label}"
+    kept = "in memory" if corpus.path is None else f"cache {corpus.status}: {_short(corpus.path)}"
+    dtype = str(corpus.tokens.dtype).replace("torch.", "")
+    T = cfg.window
+    return (
+        f"data: {read} -> {len(corpus.tokens):,} tokens ({dtype}, {kept}); "
+        f"training on {len(train_set.tokens):,} tokens ({len(train_set):,} windows of {T}), "
+        f"validating on {len(val_set.tokens):,} ({len(val_set):,} windows)"
+    )
 
 
 # Shares of bytes that are not UTF-8: above the first --data is refused as not text (a binary file), above
@@ -75,16 +137,29 @@ def build_data(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
 MAX_INVALID_UTF8, WARN_INVALID_UTF8 = 0.01, 0.001
 
 
-def check_text(text: str, cfg: TrainConfig) -> None:
-    """Refuse text that is not UTF-8 (a binary file); warn when a noticeable share of its bytes is not.
+REPLACEMENT = (0xEF, 0xBF, 0xBD)  # U+FFFD in UTF-8: what the readers put in place of each invalid byte
 
-    The readers replace each invalid byte with U+FFFD, so counting those counts
-    the invalid bytes (the three bytes each U+FFFD encodes to stand for one).
+
+def invalid_utf8_share(tokens: torch.Tensor, chunk: int = 1 << 24) -> float:
+    """Share of a byte corpus that was not valid UTF-8, counted as U+FFFD sequences, in chunks of ``chunk``.
+
+    The readers replace each invalid byte with U+FFFD (three bytes), so the
+    count of replacements is the count of invalid bytes.  Chunked, so a
+    memory-mapped corpus is never copied whole.
     """
-    bad = text.count("\ufffd")
-    if not bad:
+    n, bad = len(tokens), 0
+    for start in range(0, max(0, n - 2), chunk):
+        part = tokens[start : start + chunk + 2]  # two bytes of overlap: a sequence may straddle chunks
+        hits = (part[:-2] == REPLACEMENT[0]) & (part[1:-1] == REPLACEMENT[1]) & (part[2:] == REPLACEMENT[2])
+        bad += int(hits[:chunk].sum())  # only sequences that start inside this chunk
+    return bad / max(1, n - 2 * bad)
+
+
+def check_text(tokens: torch.Tensor, cfg: TrainConfig) -> None:
+    """Refuse a corpus that is not UTF-8 text (a binary file); warn when a noticeable share of its bytes is not."""
+    share = invalid_utf8_share(tokens)
+    if not share:
         return
-    share = bad / max(1, len(text.encode("utf-8")) - 2 * bad)
     if share > MAX_INVALID_UTF8:
         worst = _least_text(cfg)
         raise ValueError(

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from ..memory import apply_activation_checkpointing
 from ..model import GPT
 from ..moe import MoE, update_router_biases
-from ..speed import fp32_matmul, native_bf16
+from ..speed import fp32_matmul, keep_freed_memory, native_bf16
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -334,6 +334,7 @@ def train(
     it at once.  Chapter 6 explains every line.
     """
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
+    keep_freed_memory()  # each step reuses the last step's buffers instead of faulting fresh pages in
     with matmuls:
         run = _Run.start(cfg, model, train_data, val_data, batch_hook)
         try:
@@ -358,7 +359,7 @@ class _Run:
         model_config = None
         if train_data is None:
             with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
-                train_data, val_data = build_data(cfg)
+                train_data, val_data = build_data(cfg, say=accelerator.print if cfg.progress else None)
             model = GPT(cfg.model_config())
             model_config = asdict(model.cfg)
         need = cfg.batch_size * accelerator.num_processes

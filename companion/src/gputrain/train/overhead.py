@@ -79,13 +79,13 @@ def loop_overhead(
         max_steps=steps, warmup_steps=min(20, steps), eval_interval=0, progress=progress, optimizer="adamw"
     )
     say = log or (lambda message: None)
-    say(info_line())
-    say(
-        f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "
-        f"batch_size={cfg.batch_size}; {steps} steps per run, {rounds} rounds"
-    )
     plain, ours = [], []
     with cpu_threads(threads or torch.get_num_threads()):
+        say(info_line())  # inside the block: the threads it prints are the ones the runs use
+        say(
+            f"model: n_layer={cfg.n_layer} n_embd={cfg.n_embd} block_size={cfg.block_size} "
+            f"batch_size={cfg.batch_size}; {steps} steps per run, {rounds} rounds"
+        )
         for r in range(rounds):
             plain.append(plain_loop(cfg))
             ours.append(train(cfg).tokens_per_s)
@@ -103,5 +103,5 @@ def loop_overhead(
         "train_tokens_per_s": ours,
         "steps": steps,
         "rounds": rounds,
-        "threads": threads or None,
+        "threads": threads or torch.get_num_threads(),
     }

@@ -240,8 +240,13 @@ def _english_pages(site: Path) -> list[str]:
     return sorted(f"{name}.html" for name in toc_docnames()) + ["genindex.html", "search.html"]
 
 
+# each edition's own downloads: its PDF (when make pdf or test_pdf printed it) and its zip of notebooks
+DOWNLOADS = {".pdf", ".zip"}
+
+
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    """Bytes of the pages and their assets, without the edition's downloads."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.suffix not in DOWNLOADS)
 
 
 def test_every_page_exists_in_every_edition_in_its_language(site):
@@ -271,7 +276,8 @@ def test_the_language_switcher_links_resolve_to_the_same_page(site):
 
 
 def test_the_chinese_editions_share_the_vendored_assets(site):
-    """MathJax, the widget manager and every figure exist once; the site is at most twice the English."""
+    """MathJax, the widget manager and every figure exist once; the site is at most twice the English
+    (downloads aside: each edition has its own PDF and zip)."""
     for folder in ("zh-tw", "zh-cn"):
         assert not (site / folder / "_static" / "vendor").exists(), f"{folder} has its own copy of the vendored scripts"
         assert not list((site / folder).glob("_images/*.png")), f"{folder} has its own copies of the figures"
@@ -350,6 +356,7 @@ def test_every_prose_paragraph_of_the_chinese_editions_is_in_chinese(site):
                 for e in element.select(".math, code, a.headerlink"):
                     e.decompose()
                 text = " ".join(element.get_text(" ").split())
+                text = re.sub(r"^\d+(\.\d+)*\.? ", "", text)  # a heading's section number
                 if re.search(r"[A-Za-z]{4,}", text) and not CJK.search(text) and text not in kept:
                     english.append(f"{folder}/{rel}: {text[:80]!r}")
     assert not english, f"{len(english)} paragraphs without Chinese, first: {english[:5]}"

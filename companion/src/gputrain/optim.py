@@ -364,8 +364,9 @@ def newton_schulz(
     The Frobenius norm bounds the largest singular value, so dividing by it
     puts every singular value in (0, 1].  Each step then applies the odd
     polynomial $p(X) = aX + b (XX^\top)X + c (XX^\top)^2 X$, which acts on
-    each singular value alone, $\sigma \mapsto a\sigma + b\sigma^3 +
-    c\sigma^5$, and leaves the singular vectors alone.  With these
+    each singular value alone,
+    $\sigma \mapsto a\sigma + b\sigma^3 + c\sigma^5$,
+    and leaves the singular vectors alone.  With these
     coefficients five steps land every singular value between about 0.7 and
     1.2: not exactly 1, which does no harm in training.  The work is done on
     the wide orientation (``m <= n``), whose Gram matrix $XX^\top$ is the

@@ -298,6 +298,33 @@ def test_import_gputrain_is_light_and_its_names_still_work():
     assert out.stdout.split() == ["True", "True", "True", version("gputrain")], out.stderr[-2000:]
 
 
+TRAIN_IMPORTS = r"""
+import sys
+from gputrain.cli import main
+main(["train", "--max-steps", "2", "--warmup-steps", "1", "--n-layer", "1", "--n-embd", "32", "--block-size", "32",
+      "--batch-size", "4", "--corpus-bytes", "60000", "--eval-interval", "2", "--eval-batches", "1", "--quiet",
+      "--log-dir", sys.argv[1], "--checkpoint-dir", sys.argv[2], "--cache-dir", "none"])
+print(sorted({m.split(".")[0] for m in sys.modules}))
+"""
+
+
+def test_training_imports_no_plotting_or_dataframe_library(tmp_path):
+    """A run loads what it uses: matplotlib (a third of a second, ~45 MiB) came in through the run log's
+    plotting helper, which only notebooks call; pandas and datasets have no place in a run on local text."""
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN_IMPORTS, str(tmp_path / "log"), str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = set(eval(out.stdout.strip().splitlines()[-1]))
+    assert {"torch", "accelerate", "gputrain"} <= loaded  # it did train
+    assert (tmp_path / "log" / "metrics.csv").exists() and any((tmp_path / "ckpt").iterdir())
+    heavy = loaded & {"matplotlib", "pandas", "datasets", "IPython", "ipywidgets"}
+    assert not heavy, f"a training run imported {sorted(heavy)}"
+
+
 def test_the_cli_reads_the_same_flags_as_the_imported_code():
     """cli_spec reads the source without importing it; the imported dataclasses and tables must agree."""
     import dataclasses

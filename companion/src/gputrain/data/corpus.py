@@ -6,12 +6,14 @@ Python installation carries, so nothing is downloaded.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import os
 import sysconfig
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -19,13 +21,23 @@ import torch
 def stdlib_files() -> list[Path]:
     """The ``.py`` files of this interpreter's standard library, in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
+    files = [] if "site-packages" in root.parts else sorted(_python_files(root))
     if not files:
         raise FileNotFoundError(
             f"no .py files under {root}; this Python ships without its sources, "
             "so pass your own text files instead (data.read_text_files)"
         )
     return files
+
+
+def _python_files(root: Path) -> Iterator[Path]:
+    """``root.rglob("*.py")`` without walking into ``site-packages``: installed packages can hold
+    ten times the standard library's files, and every training run lists the corpus."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "site-packages"]
+        for name in (*dirs, *files):  # rglob matches directories named *.py too
+            if fnmatch.fnmatch(name, "*.py"):
+                yield Path(folder, name)
 
 
 def read_text_files(paths: list[Path], max_bytes: Optional[int] = None) -> str:

@@ -137,21 +137,23 @@ def data_line(cfg: TrainConfig, source: TextSource, corpus: TokenFile, train_set
 MAX_INVALID_UTF8, WARN_INVALID_UTF8 = 0.01, 0.001
 
 
-REPLACEMENT = (0xEF, 0xBF, 0xBD)  # U+FFFD in UTF-8: what the readers put in place of each invalid byte
+REPLACEMENT = "\ufffd".encode()  # EF BF BD: what the readers put in place of each invalid byte
 
 
-def invalid_utf8_share(tokens: torch.Tensor, chunk: int = 1 << 24) -> float:
+def invalid_utf8_share(tokens: torch.Tensor, chunk: int = 1 << 20) -> float:
     """Share of a byte corpus that was not valid UTF-8, counted as U+FFFD sequences, in chunks of ``chunk``.
 
     The readers replace each invalid byte with U+FFFD (three bytes), so the
     count of replacements is the count of invalid bytes.  Chunked, so a
-    memory-mapped corpus is never copied whole.
+    memory-mapped corpus is never copied whole; ``bytes.count`` scans a chunk
+    at memory speed, where three tensor comparisons would take a tenth of a
+    second of every run's start on 8 MB.
     """
-    n, bad = len(tokens), 0
+    data, n, bad = tokens.to(torch.uint8).numpy(), len(tokens), 0  # no copy for the cache's uint8 tokens
     for start in range(0, max(0, n - 2), chunk):
-        part = tokens[start : start + chunk + 2]  # two bytes of overlap: a sequence may straddle chunks
-        hits = (part[:-2] == REPLACEMENT[0]) & (part[1:-1] == REPLACEMENT[1]) & (part[2:] == REPLACEMENT[2])
-        bad += int(hits[:chunk].sum())  # only sequences that start inside this chunk
+        # two bytes of overlap: a sequence may straddle chunks; one starting in the overlap does not fit in it,
+        # so each sequence is counted in the chunk it starts in (EF BF BD cannot overlap itself)
+        bad += data[start : start + chunk + 2].tobytes().count(REPLACEMENT)
     return bad / max(1, n - 2 * bad)
 
 

@@ -1,6 +1,8 @@
 """What a run leaves behind (chapter 6): metrics.csv, reading it back, and plotting it.
 
-``gputrain.train`` re-exports everything here.
+``gputrain.train`` re-exports everything here.  matplotlib is imported by
+:func:`plot_history` only: a training run never loads it (a third of a second
+and tens of MiB of memory that a run does not use).
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
-
-from ..plots import loss_curves
 from .config import TrainConfig
 
 if TYPE_CHECKING:  # only for annotations: the Accelerator is passed in by train()
@@ -113,6 +112,10 @@ def plot_history(history, axes=None, smooth: int = 10):
     ``skipped``) or the path of a run's metrics.csv.
     Returns the matplotlib figure.
     """
+    import matplotlib.pyplot as plt  # here, not at the top: training never plots
+
+    from ..plots import loss_curves
+
     if hasattr(history, "losses"):  # a TrainResult
         losses, lrs, norms = history.losses, history.lrs, history.grad_norms
         val, spikes, skipped = history.val_losses, history.spikes, history.skipped

@@ -23,6 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import ROOT, SMALL_GPT, TINY_LADDER, cli_flags, run_cli, snapshot
 
 from gputrain.cli import main
@@ -246,6 +247,24 @@ def test_binary_data_is_refused_and_a_little_invalid_utf8_is_warned_about(tmp_pa
     (tmp_path / "mostly.txt").write_bytes(text[:5000] + b"\xff" * 30 + text[5000:])  # 0.3% invalid
     assert call("train", *FLAGS, "--max-steps", 2, "--data", tmp_path / "mostly.txt", "--quiet") == 0
     assert f"warning: {30 / (len(text) + 30):.2%} of the bytes of data=" in capsys.readouterr().err
+
+
+def test_the_utf8_count_agrees_across_block_boundaries_and_reads_the_cache_file_not_the_map(tmp_path):
+    """Each U+FFFD is counted once wherever the blocks cut it; the cached corpus is read from its file, so its
+    pages enter the run's memory only when a batch touches them."""
+    from gputrain.data import TokenFile
+    from gputrain.train.inputs import REPLACEMENT, invalid_utf8_share, token_bytes
+
+    data = (b"ab" + REPLACEMENT) * 50 + b"xyz"  # 50 replacements in 253 bytes
+    for chunk in (1, 2, 3, 4, 7, 1000):
+        blocks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
+        assert invalid_utf8_share(blocks) == 50 / (len(data) - 100), chunk
+    path = tmp_path / "c.tokens"
+    path.write_bytes(data + b"footer that is not tokens")
+    tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    cached = TokenFile(tokens, len(data), False, path, "reused")
+    assert b"".join(token_bytes(cached, chunk=5)) == data  # from the file, stopping where the tokens end
+    assert b"".join(token_bytes(TokenFile(tokens.long(), len(data), False, None, "in memory"), chunk=5)) == data
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -92,7 +92,7 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
     source, corpus = load_tokens(cfg)
     if not len(corpus.tokens):
         raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
-    check_text(corpus.tokens, cfg)
+    check_text(corpus, cfg)
     train_tokens, val_tokens = split_tokens(corpus.tokens, cfg.val_fraction)  # views: no copy of the corpus
     need = cfg.window + 1
     for name, part, fraction in (("training", train_tokens, "smaller"), ("validation", val_tokens, "larger")):
@@ -140,26 +140,45 @@ MAX_INVALID_UTF8, WARN_INVALID_UTF8 = 0.01, 0.001
 REPLACEMENT = "\ufffd".encode()  # EF BF BD: what the readers put in place of each invalid byte
 
 
-def invalid_utf8_share(tokens: torch.Tensor, chunk: int = 1 << 20) -> float:
-    """Share of a byte corpus that was not valid UTF-8, counted as U+FFFD sequences, in chunks of ``chunk``.
+def token_bytes(corpus: TokenFile, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """A byte corpus's tokens as bytes, ``chunk`` at a time.
+
+    From its cache file when it has one (the tokens lead the file): read, not
+    touched through the run's memory map, so the pages a scan reads stay out
+    of the run's resident memory until a batch needs them (8 MB of an 8 MB
+    corpus otherwise).  From the tensor when the tokens are held in memory.
+    """
+    n = len(corpus.tokens)
+    if corpus.path is None or corpus.tokens.dtype != torch.uint8:
+        data = corpus.tokens.to(torch.uint8).numpy()
+        yield from (data[start : start + chunk].tobytes() for start in range(0, n, chunk))
+        return
+    with open(corpus.path, "rb") as f:
+        while n > 0 and (block := f.read(min(chunk, n))):
+            n -= len(block)
+            yield block
+
+
+def invalid_utf8_share(blocks: Iterable[bytes]) -> float:
+    """Share of a byte corpus (its consecutive ``blocks``) that was not valid UTF-8, counted as U+FFFD sequences.
 
     The readers replace each invalid byte with U+FFFD (three bytes), so the
-    count of replacements is the count of invalid bytes.  Chunked, so a
-    memory-mapped corpus is never copied whole; ``bytes.count`` scans a chunk
-    at memory speed, where three tensor comparisons would take a tenth of a
-    second of every run's start on 8 MB.
+    count of replacements is the count of invalid bytes.  ``bytes.count``
+    scans a block at memory speed, where three tensor comparisons would take a
+    tenth of a second of every run's start on 8 MB.
     """
-    data, n, bad = tokens.to(torch.uint8).numpy(), len(tokens), 0  # no copy for the cache's uint8 tokens
-    for start in range(0, max(0, n - 2), chunk):
-        # two bytes of overlap: a sequence may straddle chunks; one starting in the overlap does not fit in it,
-        # so each sequence is counted in the chunk it starts in (EF BF BD cannot overlap itself)
-        bad += data[start : start + chunk + 2].tobytes().count(REPLACEMENT)
+    bad, n, tail = 0, 0, b""
+    for block in blocks:
+        # the last two bytes of the block before lead this one: a sequence may straddle blocks, and none fits
+        # in two bytes, so each is counted once, in the block where it ends
+        bad += (tail + block).count(REPLACEMENT)
+        n, tail = n + len(block), (tail + block)[-2:]
     return bad / max(1, n - 2 * bad)
 
 
-def check_text(tokens: torch.Tensor, cfg: TrainConfig) -> None:
+def check_text(corpus: TokenFile, cfg: TrainConfig) -> None:
     """Refuse a corpus that is not UTF-8 text (a binary file); warn when a noticeable share of its bytes is not."""
-    share = invalid_utf8_share(tokens)
+    share = invalid_utf8_share(token_bytes(corpus))
     if not share:
         return
     if share > MAX_INVALID_UTF8:

@@ -1,6 +1,8 @@
 """gputrain.bench: the hand-written attention against SDPA, the ladder's rules, its table, JSON and CLI."""
 
 import json
+import re
+import statistics
 
 import pytest
 import torch
@@ -202,6 +204,11 @@ def test_loop_overhead_header_prints_the_threads_it_uses():
     finally:
         torch.set_num_threads(saved)
     assert "threads=1" in lines[0] and result["threads"] == 1
+    # the guard and the log row, timed apart from the noisy whole-loop ratio, as a share of a step
+    assert 0 < result["bookkeeping_s"] < 0.01 and result["bookkeeping_share"] == pytest.approx(
+        result["bookkeeping_s"] / (32 * 64 / statistics.median(result["plain_tokens_per_s"]))
+    )
+    assert re.search(r"bookkeeping \(spike and non-finite guard, metrics.csv row\): \d+ us a step", lines[-1])
 
 
 def test_cli_bench_dry_run_and_bad_flag():

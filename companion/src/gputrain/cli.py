@@ -349,7 +349,8 @@ def _cmd_bench(args) -> int:
         )
         print(f"gputrain.train / plain PyTorch loop, tokens/s: {overhead['ratio']:.3f}")
         stored = read_result(out)
-        stored["data"]["loop_overhead"] = {k: overhead[k] for k in ("ratio", "steps", "rounds", "threads")}
+        keep = ("ratio", "steps", "rounds", "threads", "bookkeeping_s", "bookkeeping_share")
+        stored["data"]["loop_overhead"] = {k: overhead[k] for k in keep}
         write_result(
             out,
             stored["data"],

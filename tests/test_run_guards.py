@@ -247,6 +247,11 @@ def test_binary_data_is_refused_and_a_little_invalid_utf8_is_warned_about(tmp_pa
     (tmp_path / "mostly.txt").write_bytes(text[:5000] + b"\xff" * 30 + text[5000:])  # 0.3% invalid
     assert call("train", *FLAGS, "--max-steps", 2, "--data", tmp_path / "mostly.txt", "--quiet") == 0
     assert f"warning: {30 / (len(text) + 30):.2%} of the bytes of data=" in capsys.readouterr().err
+    # several files: the refusal names the one that is least text (with no --corpus-bytes, it used to read
+    # 0 bytes of each and name the first)
+    files = f"{tmp_path / 'mostly.txt'},{tmp_path / 'blob.bin'}"
+    assert call("train", *FLAGS, "--corpus-bytes", 0, "--max-steps", 2, "--data", files) == 2
+    assert f"(most of all in {str(tmp_path / 'blob.bin')!r})" in one_line(capsys.readouterr().err)
 
 
 def test_the_utf8_count_agrees_across_block_boundaries_and_reads_the_cache_file_not_the_map(tmp_path):

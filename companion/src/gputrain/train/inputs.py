@@ -203,7 +203,7 @@ def _least_text(cfg: TrainConfig) -> str:
         return ""
 
     def invalid(path) -> float:
-        data = path.read_bytes()[: cfg.corpus_bytes]
+        data = path.read_bytes()[: corpus_cap(cfg)]  # None (no cap) reads it all
         return data.decode("utf-8", errors="replace").count("\ufffd") / max(1, len(data))
 
     worst = max(source, key=invalid)

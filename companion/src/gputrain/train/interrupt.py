@@ -51,11 +51,7 @@ class StopSignals:
 
     def agreed(self, accelerator: Accelerator) -> Optional[str]:
         """The signal every rank stops for after this step (``None``: carry on); a collective call with >1 rank."""
-        signum = self.signum
-        if accelerator.num_processes > 1 and dist.is_available() and dist.is_initialized():
-            flag = torch.tensor([signum], device=accelerator.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            signum = int(flag.item())
+        signum = _across_ranks(accelerator, self.signum, "MAX")
         return signal.Signals(signum).name if signum else None
 
 
@@ -65,8 +61,13 @@ def agree(accelerator: Accelerator, ok: bool) -> bool:
     A step every rank takes together: a failure on one rank (a save, a lock)
     then stops all of them instead of leaving the others waiting forever.
     """
+    return bool(_across_ranks(accelerator, int(ok), "MIN"))
+
+
+def _across_ranks(accelerator: Accelerator, value: int, op: str) -> int:
+    """``value`` reduced over every rank with ``op`` ('MAX', 'MIN'); ``value`` itself with one process."""
     if accelerator.num_processes > 1 and dist.is_available() and dist.is_initialized():
-        flag = torch.tensor([int(ok)], device=accelerator.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
-    return ok
+        flag = torch.tensor([value], device=accelerator.device)
+        dist.all_reduce(flag, op=getattr(dist.ReduceOp, op))
+        return int(flag.item())
+    return value

@@ -359,6 +359,7 @@ def test_newton_schulz_maps_each_singular_value_through_the_quintic(shape):
     assert 0.6 < s.min() and s.max() < 1.25  # every direction about the same size
     m, n = min(shape), max(shape)
     assert counter.get_total_flops() == 5 * (4 * m * m * n + 2 * m**3)
+    assert optim.newton_schulz_flops(shape) == counter.get_total_flops()  # the count chapter 5 uses
     bf16 = optim.newton_schulz(g.float())
     assert bf16.dtype == torch.bfloat16 and (bf16.double() - out).abs().max() < 0.05
 

@@ -352,6 +352,12 @@ class Lion(Optimizer):
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
+def newton_schulz_flops(shape: tuple[int, int], steps: int = 5) -> int:
+    """FLOPs of :func:`newton_schulz` on a matrix of ``shape``: ``steps`` x (4m^2n + 2m^3), ``m <= n`` (chapter 5)."""
+    m, n = sorted(shape)
+    return steps * (4 * m * m * n + 2 * m**3)
+
+
 def newton_schulz(
     g: torch.Tensor,
     steps: int = 5,
@@ -568,6 +574,7 @@ __all__ = [
     "Lion",
     "Muon",
     "newton_schulz",
+    "newton_schulz_flops",
     "uses_muon",
     "state_bytes",
     "descend",

@@ -135,28 +135,41 @@ def test_an_unwritable_cache_keeps_the_tokens_in_memory_with_a_notice(tmp_path):
     assert bytes(kept.tokens.tolist()) == f.read_bytes() and len(notes) == 1 and "in memory" in notes[0]
 
 
-def _mapped_ranges(path: Path) -> list[tuple[int, int]]:
+def _mappings(path: Path) -> list[tuple[int, int, int]]:
+    """(start, end, resident KiB) of each of this process's mappings of ``path`` (/proc/self/smaps)."""
     out = []
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        if line.endswith(str(path)):
-            start, end = line.split()[0].split("-")
-            out.append((int(start, 16), int(end, 16)))
-    return out
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0] if line else ""
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):  # a mapping's first line
+            start, end = head.split("-")
+            out.append([int(start, 16), int(end, 16), 0, line.endswith(str(path))])
+        elif line.startswith("Rss:"):
+            out[-1][2] = int(line.split()[1])
+    return [(a, b, rss) for a, b, rss, ours in out if ours]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_training_windows_are_read_from_the_memory_map_without_a_copy(tmp_path):
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_training_windows_come_from_the_cache_file_without_a_copy_or_a_resident_page(tmp_path):
     (f,) = _files(tmp_path, [python_corpus(max_bytes=50_000).encode()])
     cfg = TrainConfig(data=str(f), cache_dir=str(tmp_path / "c"), **SMALL_GPT)
     train_set, val_set = build_data(cfg)
     (cache,) = (tmp_path / "c").iterdir()
-    ranges = _mapped_ranges(cache)
+    ranges = [(a, b) for a, b, _ in _mappings(cache)]
     for part in (train_set.tokens, val_set.tokens):
         assert part.dtype == torch.uint8  # one byte a token, not eight
         assert any(a <= part.data_ptr() < b for a, b in ranges)  # a view into the mapped file
-    x, y = train_set[3]
-    assert x.dtype == y.dtype == torch.int64 and torch.equal(x[1:], y[:-1])
     assert len(train_set.tokens) + len(val_set.tokens) == 50_000
+    assert train_set.file == val_set.file == cache and val_set.first == len(train_set.tokens)
+    items = [ds[i] for ds in (train_set, val_set) for i in range(len(ds))]  # every window, pread from the file
+    assert sum(rss for _, _, rss in _mappings(cache)) == 0  # not one page of the map was touched
+    T = cfg.window
+    for ds, offset in ((train_set, 0), (val_set, len(train_set))):
+        for i in (0, 1, len(ds) - 1):
+            x, y = items[offset + i]
+            assert x.dtype == y.dtype == torch.int64 and torch.equal(x[1:], y[:-1])
+            mapped = ds.tokens[i * T : i * T + T + 1].long()  # the same window through the map
+            assert torch.equal(x, mapped[:-1]) and torch.equal(y, mapped[1:])
+    assert sum(rss for _, _, rss in _mappings(cache)) > 0  # which reading through the map does touch
 
 
 def test_the_whole_file_is_used_unless_capped_and_the_line_says_so(tmp_path):
@@ -205,3 +218,33 @@ def test_the_runs_first_line_states_its_data(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("data: all 30,000 bytes of f0.txt -> 30,000 tokens (uint8, cache built")
     assert out[-1].startswith("trained 2 steps")
+
+
+def test_a_uint16_token_file_reads_the_same_windows_as_its_map(tmp_path):
+    text = python_corpus(max_bytes=20_000)
+    bpe = BPETokenizer.train(text, vocab_size=300)
+    (f,) = _files(tmp_path, [text.encode()])
+    cached = _tokenize(TextSource("f", [f]), tmp_path / "c", tokenizer=bpe)
+    tail = cached.tokens[100:]
+    from_file, from_map = TokenDataset(tail, 9, cached.path, first=100), TokenDataset(tail, 9)
+    assert from_file.file == cached.path and from_map.file is None
+    for i in range(len(from_map)):
+        assert all(torch.equal(a, b) for a, b in zip(from_file[i], from_map[i])), i
+
+
+def test_a_token_file_too_short_or_replaced_is_refused_in_one_line(tmp_path):
+    (f,) = _files(tmp_path, [b"pass\n" * 400])
+    cached = _tokenize(TextSource("f", [f]), tmp_path / "c")
+    with pytest.raises(ValueError, match="holds fewer than the 10000 \\+ 2000 ids to read from it"):
+        TokenDataset(cached.tokens, 8, cached.path, first=10_000)  # the wrong file, or the wrong place in it
+    import pickle
+
+    ds = TokenDataset(cached.tokens, 8, cached.path)
+    copy = pickle.dumps(ds)  # as for a spawned DataLoader worker: without the open file, which it opens itself
+    assert torch.equal(pickle.loads(copy)[5][0], ds[5][0])
+    replacement = tmp_path / "other"
+    replacement.write_bytes(cached.path.read_bytes())
+    os.replace(replacement, cached.path)  # what a rebuild of the cache does: a new file renamed into place
+    assert torch.equal(ds[3][0], TokenDataset(cached.tokens, 8)[3][0])  # this process keeps the file it opened
+    with pytest.raises(RuntimeError, match="was replaced during the run; start the run again"):
+        pickle.loads(copy)[0]

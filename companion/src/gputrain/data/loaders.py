@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 import torch
@@ -21,9 +23,18 @@ class TokenDataset(Dataset):
     The stream stays as it is given (a compact, memory-mapped uint8 one from
     :func:`gputrain.data.tokenize_source`, say): only the window an item reads
     is copied, as int64 ids.
+
+    ``file``: the token file ``tokens`` was mapped from, with ``tokens[0]`` its
+    id number ``first``.  An item is then read with one ``os.pread`` instead
+    of through the map.  Both give the same ids, but every page a map touches
+    stays in the process's resident memory: random windows touch most of a
+    corpus within one epoch, so its whole size would count against the run.
+    Read with ``pread``, the file stays in the kernel's page cache, shared
+    and evictable, and the process holds one window at a time.  (Where the
+    OS has no ``pread``, Windows, items come from the map.)
     """
 
-    def __init__(self, tokens: torch.Tensor, block_size: int):
+    def __init__(self, tokens: torch.Tensor, block_size: int, file: Optional[Path] = None, first: int = 0):
         if tokens.dim() != 1:
             raise ValueError(f"tokens must be 1-D, got shape {tuple(tokens.shape)}")
         if block_size < 1:
@@ -36,6 +47,26 @@ class TokenDataset(Dataset):
             raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
         self.tokens = tokens  # (N,) kept compact: no int64 copy of the corpus
         self.block_size = block_size
+        self.file, self.first, self._handle, self._identity = None, first, None, None
+        if file is not None and hasattr(os, "pread"):
+            self.file = Path(file)
+            end = (first + len(tokens)) * tokens.element_size()
+            if first < 0 or os.fstat(self._open().fileno()).st_size < end:
+                raise ValueError(f"token file {file} holds fewer than the {first} + {len(tokens)} ids to read from it")
+
+    def _open(self):
+        """The token file, opened once per process; the same file (device, inode) as when the dataset was made."""
+        if self._handle is None:
+            handle = open(self.file, "rb", buffering=0)
+            st = os.fstat(handle.fileno())
+            if self._identity not in (None, (st.st_dev, st.st_ino)):
+                handle.close()
+                raise RuntimeError(f"token file {self.file} was replaced during the run; start the run again")
+            self._handle, self._identity = handle, (st.st_dev, st.st_ino)
+        return self._handle
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_handle": None}  # a spawned DataLoader worker opens the file itself
 
     def __len__(self) -> int:
         return (len(self.tokens) - 1) // self.block_size
@@ -44,8 +75,20 @@ class TokenDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         start = i * self.block_size
-        chunk = self.tokens[start : start + self.block_size + 1].long()  # (T + 1,) copied out of the stream
+        if self.file is None:
+            chunk = self.tokens[start : start + self.block_size + 1].long()  # (T + 1,) copied out of the stream
+        else:
+            chunk = self._read(start).long()
         return chunk[:-1], chunk[1:]  # (T,), (T,)
+
+    def _read(self, start: int) -> torch.Tensor:
+        """Ids ``start .. start + T`` read from the token file (a positionless read: safe after a fork)."""
+        size = self.tokens.element_size()
+        n = (self.block_size + 1) * size
+        data = os.pread(self._open().fileno(), n, (self.first + start) * size)
+        if len(data) != n:
+            raise RuntimeError(f"token file {self.file} was cut short during the run; delete it and start again")
+        return torch.frombuffer(bytearray(data), dtype=self.tokens.dtype)
 
 
 def split_tokens(tokens: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,8 +3,9 @@
 ``load_tokens`` tokenizes the corpus ``TrainConfig.data`` names (Python's own
 source, local files, or a Hugging Face dataset) once into a compact,
 memory-mapped cache file (:mod:`gputrain.data.tokens`); ``build_data`` cuts
-the tokens into train and validation windows and says in one line how many
-bytes and tokens each side gets; :class:`EpochSampler` makes the order a pure
+the tokens into train and validation windows, each read from that file with
+one ``pread`` (so the corpus never counts as the run's resident memory), and
+says in one line how many bytes and tokens each side gets; :class:`EpochSampler` makes the order a pure
 function of (seed, epoch) so a resumed run sees the same batches.
 """
 
@@ -101,7 +102,9 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
                 f"the {name} split has {len(part)} tokens, fewer than one window of {need}; "
                 f"use more text, a {fraction} val_fraction (now {cfg.val_fraction}), or a smaller seq_len"
             )
-    train_set, val_set = TokenDataset(train_tokens, cfg.window), TokenDataset(val_tokens, cfg.window)
+    file = corpus.path  # windows are read from it with pread (None: tokens in memory only)
+    train_set = TokenDataset(train_tokens, cfg.window, file)
+    val_set = TokenDataset(val_tokens, cfg.window, file, first=len(train_tokens))
     if say:
         say(data_line(cfg, source, corpus, train_set, val_set))
     return train_set, val_set

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from gputrain import train as T
+from gputrain.model import GPT
 from gputrain.train import SpikeDetector
 from gputrain.train import checkpoint as C
 
@@ -250,6 +251,33 @@ class Poisoned(torch.utils.data.Dataset):
 def regression(n=64, bad=()):
     model = T.WithLoss(nn.Linear(4, 1), lambda out, y: nn.functional.mse_loss(out.squeeze(-1), y))
     return dict(model=model, train_data=Poisoned(n, bad), val_data=Poisoned(16))
+
+
+def test_a_step_frees_the_logits_before_backward():
+    """train_step keeps only the loss: the (B, T, V) logits are freed before backward, which never needs them."""
+    import weakref
+
+    from accelerate import Accelerator
+
+    torch.manual_seed(0)
+    model = GPT(small().model_config())
+    logits_alive = []
+
+    class Watched(nn.Module):  # the model, plus a weak reference to each step's logits
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x, y):
+            logits, loss = self.inner(x, y)
+            ref = weakref.ref(logits)
+            loss.register_hook(lambda g: logits_alive.append(ref() is not None) or g)  # runs as backward starts
+            return logits, loss
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randint(0, model.cfg.vocab_size, (2, 16))
+    stats = T.train_step(Watched(), [(x, x.roll(-1, 1))], opt, Accelerator(cpu=True), grad_clip=1.0)
+    assert logits_alive == [False] and math.isfinite(stats.loss)
 
 
 def test_poisoned_batch_is_skipped_and_counted():

@@ -62,7 +62,7 @@ def plain_loop(cfg: TrainConfig) -> float:
             batches = iter(loader)
             x, y = next(batches)
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)  # (B, T), (B, T)
-        _, loss = model(x, y)
+        loss = model(x, y)[1]  # as train_step: logits not held through backward
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()

@@ -37,7 +37,6 @@ from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, Gr
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..memory import apply_activation_checkpointing
 from ..model import GPT
 from ..moe import MoE, update_router_biases
 from ..speed import fp32_matmul, keep_freed_memory, native_bf16
@@ -379,6 +378,8 @@ class _Run:
             if not ckpt:
                 check_fresh(cfg)  # after the lock: a run still going there is named as such
             if cfg.activation_checkpointing:
+                from ..memory import apply_activation_checkpointing  # chapter 7's tools: loaded only when used
+
                 apply_activation_checkpointing(model)
             return cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done)
         except BaseException:

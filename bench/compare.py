@@ -39,7 +39,6 @@ Differences that remain:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pickle
 import shlex
@@ -139,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b-cwd", help="working directory of the second command")
     parser.add_argument("--names", default="gputrain,nanoGPT", help="the two commands' names, comma-separated")
     parser.add_argument("--pairs", type=int, default=5, help="alternated pairs of runs (default 5)")
-    parser.add_argument("--json", type=Path, help="also write every run and the ratios here")
+    parser.add_argument(
+        "--json", type=Path, help="also write every run, the ratios, the CPU and versions here (book/results/...)"
+    )
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs must be >= 1, got {args.pairs}")
@@ -170,9 +171,33 @@ def main(argv: list[str] | None = None) -> int:
             )
     ratios = report(names, a, b)
     if args.json:
+        from gputrain.results import write_result
+
         record = {"names": names, "a": a, "b": b, "ratios": ratios, "commands": [a_cmd, b_cmd]}
-        args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        record |= {"cpu": cpu_model(), "cores": os.cpu_count(), "b_revision": revision(b_cwd)}
+        write_result(args.json, record, command=shlex.join(["python", "bench/compare.py", *sys.argv[1:]]))
     return 0
+
+
+def cpu_model() -> str:
+    """The CPU's model name as Linux reports it (the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def revision(folder: str | None) -> str | None:
+    """The git commit checked out in ``folder`` (the second command's checkout), or None."""
+    if not folder:
+        return None
+    out = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 if __name__ == "__main__":

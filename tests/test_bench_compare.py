@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "compare.py"
 # A allocates ~64 MiB more than B and burns a little CPU: the table must see both
@@ -20,7 +21,10 @@ def run(*args):
 def test_pairs_alternate_and_the_table_measures_time_and_memory(tmp_path):
     out = run("--a", A, "--b", B, "--names", "big,small", "--pairs", "3", "--json", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
-    record = json.loads((tmp_path / "r.json").read_text())
+    stored = json.loads((tmp_path / "r.json").read_text())
+    record, where = stored["data"], stored["provenance"]
+    assert where["torch"] == torch.__version__ and where["date"] and "--pairs 3" in where["command"]
+    assert record["cpu"] and record["cores"] >= 1 and record["b_revision"] is None  # no checkout for "small"
     assert record["names"] == ["big", "small"] and len(record["a"]) == len(record["b"]) == 3
     extra = [a["rss_mib"] - b["rss_mib"] for a, b in zip(record["a"], record["b"])]
     assert all(55 < e < 80 for e in extra), extra  # each run's own peak, not the parent's or the larger one's

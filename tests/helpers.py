@@ -3,6 +3,7 @@
 import functools
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,13 @@ def cli_flags(**fields) -> list[str]:
         else:
             out += [flag, str(value)]
     return out
+
+
+def as_at_a_terminal() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT: Ctrl-C's default action, as at a terminal.
+
+    A process started in the background by a non-interactive shell (``make test &``)
+    inherits SIGINT ignored, and gputrain keeps an ignored SIGINT (as nohup means it);
+    the child a test sends Ctrl-C to must not inherit that from how pytest was started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SMALL_GPT, cli_flags, snapshot
+from helpers import SMALL_GPT, as_at_a_terminal, cli_flags, snapshot
 
 from gputrain import train as T
 from gputrain.cli import main
@@ -196,6 +196,7 @@ def start(tmp_path, script: str = "", extra=()) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **THREADS},
+        preexec_fn=as_at_a_terminal,
     )
 
 

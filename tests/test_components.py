@@ -1,5 +1,6 @@
 """gputrain.train.components: optimizers and schedules chosen by name, Lion against its published rule."""
 
+import copy
 import math
 
 import pytest
@@ -10,7 +11,16 @@ from gputrain import optim, schedule
 from gputrain.cli import build_parser
 from gputrain.model import GPT
 from gputrain.moe import MoE
-from gputrain.train import OPTIMIZERS, SCHEDULES, TrainConfig, load_model, lr_lambda, make_optimizer, train
+from gputrain.train import (
+    OPTIMIZERS,
+    SCHEDULES,
+    TrainConfig,
+    load_model,
+    lr_lambda,
+    make_optimizer,
+    param_groups,
+    train,
+)
 
 
 def lion_reference(w, grads, lr, beta1, beta2, wd):
@@ -59,7 +69,14 @@ def test_every_optimizer_name_builds_and_steps(name):
 
 def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
     """Chapter 5's AdamW in the real loop: the same losses as torch.optim.AdamW, step for step."""
-    base = dict(**SMALL_GPT, corpus_bytes=30_000, max_steps=8, warmup_steps=2, eval_interval=0, progress=False)
+    base = dict(
+        **SMALL_GPT,
+        corpus_bytes=30_000,
+        max_steps=8,
+        warmup_steps=2,
+        eval_interval=0,
+        progress=False,
+    )
     ours = train(TrainConfig(optimizer="scratch-adamw", **base)).losses
     torchs = train(TrainConfig(optimizer="adamw", **base)).losses
     assert ours == pytest.approx(torchs, rel=1e-5)
@@ -67,7 +84,14 @@ def test_scratch_adamw_trains_the_gpt_along_torchs_curve():
 
 
 def test_muon_by_name_trains_the_gpt_and_resumes_from_its_checkpoint(tmp_path):
-    base = dict(**SMALL_GPT, corpus_bytes=30_000, warmup_steps=2, eval_interval=0, progress=False, max_steps=10)
+    base = dict(
+        **SMALL_GPT,
+        corpus_bytes=30_000,
+        warmup_steps=2,
+        eval_interval=0,
+        progress=False,
+        max_steps=10,
+    )
     straight = train(TrainConfig(**base, optimizer="muon", checkpoint_dir=str(tmp_path), checkpoint_interval=3,
                                  keep_checkpoints=10))  # fmt: skip
     resumed = train(TrainConfig(**base, optimizer="muon", resume_from=str(tmp_path / "step_00000006")))
@@ -123,3 +147,66 @@ def test_readme_table_names_every_choice():
     for flag, table in (("--optimizer", OPTIMIZERS), ("--schedule", SCHEDULES)):
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{flag}`"))
         assert set(re.findall(r"`([a-z0-9-]+)`", row.split("|")[2])) == set(table), flag
+
+
+@pytest.mark.parametrize(
+    "name, reference",
+    [
+        ("adamw", lambda g: torch.optim.AdamW(g, lr=1e-2, betas=(0.9, 0.95), fused=False)),
+        ("adam", lambda g: torch.optim.Adam(g, lr=1e-2, betas=(0.9, 0.95), fused=False)),
+        ("sgd", lambda g: torch.optim.SGD(g, lr=1e-2)),
+        ("momentum", lambda g: torch.optim.SGD(g, lr=1e-2, momentum=0.9)),
+    ],
+)
+def test_the_torch_optimizers_without_compiler_hooks_are_torchs_to_the_bit(name, reference):
+    """The run's torch optimizers skip the wrappers that import torch._dynamo; the arithmetic and the state
+    dict are torch's: the same bits for 12 steps, and a state dict saved by torch's class continues identically."""
+    gen = torch.Generator().manual_seed(0)
+    cfg = TrainConfig(optimizer=name, lr=1e-2, beta1=0.9, beta2=0.95, weight_decay=0.1)
+    ours_model, torch_model, resumed_model = (torch.nn.Linear(6, 5) for _ in range(3))
+    for m in (torch_model, resumed_model):
+        m.load_state_dict(ours_model.state_dict())
+    ours = make_optimizer(ours_model, cfg)
+    theirs = reference(param_groups(torch_model, 0.1))
+    assert type(ours).__mro__[1] is type(theirs) and isinstance(ours, torch.optim.Optimizer)
+    resumed = None
+    for step in range(12):
+        grads = [torch.randn(p.shape, generator=gen) for p in ours_model.parameters()]
+        models = (ours_model, torch_model) + ((resumed_model,) if resumed else ())
+        for model, opt in zip(models, (ours, theirs, resumed)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            assert all(p.grad is None for p in model.parameters())
+        if step == 5:  # torch's state dict into ours, mid-run
+            resumed_model.load_state_dict(torch_model.state_dict())
+            resumed = make_optimizer(resumed_model, cfg)
+            resumed.load_state_dict(copy.deepcopy(theirs.state_dict()))  # as from disk: no shared buffers
+        for a, b in zip(ours_model.parameters(), torch_model.parameters()):
+            assert torch.equal(a, b), f"{name}: step {step} differs from torch"
+    for a, b in zip(resumed_model.parameters(), torch_model.parameters()):
+        assert torch.equal(a, b)
+    assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
+
+
+def test_clip_gradients_is_accelerates_clip_in_one_process():
+    """train_step's clip skips Accelerate's DTensor search in one process: the same norm, the same gradients."""
+    from accelerate import Accelerator
+
+    from gputrain.train.step import clip_gradients
+
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(4, 3, generator=gen) * 5, torch.randn(3, generator=gen)]
+    results = []
+    for clip in (
+        lambda ps: clip_gradients(Accelerator(cpu=True), ps, 1.0),
+        lambda ps: Accelerator(cpu=True).clip_grad_norm_(ps, 1.0),
+    ):
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        results.append((clip(params), [p.grad for p in params]))
+    (norm, clipped), (norm_ref, clipped_ref) = results
+    assert torch.equal(norm, norm_ref) and norm > 1.0  # it did clip
+    assert all(torch.equal(a, b) for a, b in zip(clipped, clipped_ref))

@@ -2,7 +2,8 @@
 
 Each table below is the only place its names are spelled: ``TrainConfig``
 validates against it and the ``gputrain train`` flags offer its keys as
-choices.  The torch optimizers are what a run should use; the ``scratch-``
+choices.  The torch optimizers are what a run should use (torch's classes,
+less the hooks that would import the compiler: :func:`_without_compiler_hooks`); the ``scratch-``
 ones are chapter 5's from-scratch classes, so the same GPT can be trained
 with the code the book explains and the curves compared.
 
@@ -13,6 +14,7 @@ imports it for the tables.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +33,35 @@ class OptimizerChoice:
     about: str  # one line for --help and the docs
 
 
+def _without_compiler_hooks(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """``cls`` with torch's own arithmetic and state, minus the wrappers that import ``torch._dynamo``.
+
+    torch wraps ``add_param_group``, ``zero_grad``, ``state_dict``,
+    ``load_state_dict`` and ``step`` so that ``torch.compile`` leaves them
+    alone; each wrapper imports ``torch._dynamo`` when first called.  In a run
+    that compiles nothing, that import is the run's largest cost after torch
+    itself: 1.2 s and 75 MiB, or 1.3-2.5 s and 150 MiB where Triton is
+    installed (it loads ``libtriton``), on the 2-core EPYC ("Making it fast").
+    The subclass calls the same functions unwrapped (``inspect.unwrap``) and
+    runs the step with gradients off, as the wrapper does: the same code, so
+    the same bits (``tests/test_components.py``).  Where a torch release has no
+    such wrapper, unwrapping returns the method itself.  Only the model is
+    ever compiled (``--compile``), never the optimizer, so nothing is lost.
+    """
+    base, raw_step = torch.optim.Optimizer, inspect.unwrap(cls.step)
+
+    def step(self, closure=None):
+        with torch.set_grad_enabled(self.defaults.get("differentiable", False)):
+            return raw_step(self, closure)
+
+    methods = {name: inspect.unwrap(getattr(base, name)) for name in _COMPILER_WRAPPED}
+    return type(cls.__name__, (cls,), methods | {"step": step, "__module__": __name__, "__doc__": cls.__doc__})
+
+
+_COMPILER_WRAPPED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+AdamW, Adam, SGD = (_without_compiler_hooks(c) for c in (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD))
+
+
 def _fused() -> bool:
     # one kernel updates every parameter on a GPU ("Making it fast"); on a CPU the plain
     # implementation is as fast and keeps results identical across torch builds
@@ -39,16 +70,16 @@ def _fused() -> bool:
 
 OPTIMIZERS: dict[str, OptimizerChoice] = {
     "adamw": OptimizerChoice(
-        lambda g, c: torch.optim.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
+        lambda g, c: AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
         "torch.optim.AdamW, decoupled weight decay (the default)",
     ),
     "adam": OptimizerChoice(
-        lambda g, c: torch.optim.Adam(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
+        lambda g, c: Adam(g, lr=c.lr, betas=(c.beta1, c.beta2), fused=_fused()),
         "torch.optim.Adam, weight decay as an L2 term in the gradient",
     ),
-    "sgd": OptimizerChoice(lambda g, c: torch.optim.SGD(g, lr=c.lr), "torch.optim.SGD, no momentum"),
+    "sgd": OptimizerChoice(lambda g, c: SGD(g, lr=c.lr), "torch.optim.SGD, no momentum"),
     "momentum": OptimizerChoice(
-        lambda g, c: torch.optim.SGD(g, lr=c.lr, momentum=c.beta1), "torch.optim.SGD with momentum beta1 (heavy ball)"
+        lambda g, c: SGD(g, lr=c.lr, momentum=c.beta1), "torch.optim.SGD with momentum beta1 (heavy ball)"
     ),
     "lion": OptimizerChoice(
         lambda g, c: scratch.Lion(g, lr=c.lr, betas=(c.beta1, c.beta2)),

@@ -412,8 +412,13 @@ class _Run:
             val_data, batch_size=cfg.batch_size, shuffle=False, generator=torch.Generator().manual_seed(cfg.seed)
         )
         self.has_moe = any(isinstance(m, MoE) for m in model.modules())  # found once, not every step
+        # The model is placed on the device as Accelerate would place it: saying so up front spares prepare()
+        # its check for sharded (DTensor) parameters, an import of torch.distributed.tensor and sympy (0.3-0.8 s
+        # of a CPU run's start); gputrain's model has none before prepare() shards it under FSDP.
+        place = accelerator.device_placement and accelerator.distributed_type != DistributedType.FSDP
+        self.raw_model = model
         self.model, self.optimizer, train_loader, self.val_loader = accelerator.prepare(
-            model, optimizer, train_loader, val_loader
+            model, optimizer, train_loader, val_loader, device_placement=[place, None, None, None]
         )
         self.steps_per_epoch = len(train_loader) / cfg.grad_accum_steps
         self.batches = endless_batches(train_loader, accelerator, self.progress.epoch, self.progress.batch)
@@ -532,6 +537,15 @@ class _Run:
         self.bar.update()
         return step
 
+    def unwrapped(self) -> nn.Module:
+        """The trained model without its wrappers (DDP, FSDP, torch.compile).
+
+        ``accelerator.unwrap_model`` asks whether the model is compiled, which
+        imports ``torch._dynamo`` (1.2 s or more, 75-150 MiB) even where nothing
+        was; a model that prepare() returned as it was given has no wrapper.
+        """
+        return self.raw_model if self.model is self.raw_model else self.accelerator.unwrap_model(self.model)
+
     def validate(self, step: int) -> "float | str":
         """A validation pass when one is due (``''`` otherwise); feeds early stopping."""
         cfg = self.cfg
@@ -539,9 +553,7 @@ class _Run:
             return ""
         val = evaluate(self.model, self.val_loader, self.accelerator, cfg.eval_batches)
         self.progress.val_losses.append((step, val))
-        self.stopped_early = self.best.update(
-            step, val, self.accelerator.unwrap_model(self.model), self.accelerator.is_main_process
-        )
+        self.stopped_early = self.best.update(step, val, self.unwrapped(), self.accelerator.is_main_process)
         return val
 
     def checkpoint(self) -> Path:
@@ -555,7 +567,7 @@ class _Run:
                 path = save_checkpoint(
                     self.cfg.checkpoint_dir,
                     p.step,
-                    self.accelerator.unwrap_model(self.model),
+                    self.unwrapped(),
                     self.optimizer,
                     self.scheduler,
                     p.to_dict(),
@@ -581,7 +593,7 @@ class _Run:
     def result(self) -> TrainResult:
         """The finished run as a :class:`TrainResult` (best weights restored under early stopping)."""
         cfg, p = self.cfg, self.progress
-        unwrapped = self.accelerator.unwrap_model(self.model)
+        unwrapped = self.unwrapped()
         if cfg.patience and self.best.state is not None:
             load_weights(unwrapped, *self.best.state)
         skipped, spikes = event_steps(p.events.items())

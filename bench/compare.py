@@ -46,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 STEPS, CORPUS_BYTES = 60, 8_000_000
@@ -56,18 +55,12 @@ HYPER = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "grad_cli
 
 def measure(command: list[str], cwd: str | None = None) -> dict:
     """Run ``command`` to the end; its wall seconds, CPU seconds and peak RSS (MiB)."""
-    with tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            err.seek(0)
-            tail = err.read().decode(errors="replace")[-1500:]
-            sys.exit(f"compare: {shlex.join(command)} exited {proc.returncode}:\n{tail}")
-    rss_kib = usage.ru_maxrss  # Linux: KiB
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mib": rss_kib / 1024}
+    from gputrain.speed import process_cost
+
+    try:
+        return process_cost(command, cwd)
+    except RuntimeError as exc:
+        sys.exit(f"compare: {exc}")
 
 
 def nanogpt_data(repo: Path) -> str:

@@ -53,3 +53,15 @@ def test_bad_arguments_are_one_line_and_exit_2(args, message):
 def test_a_failing_command_stops_the_comparison_and_says_which():
     out = run("--a", f"{sys.executable} -c \"raise SystemExit('broken')\"", "--b", "true", "--pairs", "1")
     assert out.returncode == 1 and "exited 1" in out.stderr and "broken" in out.stderr
+
+
+def test_process_cost_measures_one_whole_process_and_names_a_failure():
+    """gputrain.speed.process_cost, which compare.py and "Making it fast" call: the child's own peak, not ours."""
+    from gputrain.speed import process_cost
+
+    big = process_cost([sys.executable, "-c", "b = bytearray(64 << 20); sum(range(3_000_000))"])
+    small = process_cost([sys.executable, "-c", "pass"])
+    assert 55 < big["rss_mib"] - small["rss_mib"] < 80 and big["cpu_s"] > small["cpu_s"] > 0
+    assert big["wall_s"] > 0
+    with pytest.raises(RuntimeError, match="exited 3:\nwent wrong"):
+        process_cost([sys.executable, "-c", "import sys; print('went wrong', file=sys.stderr); sys.exit(3)"])

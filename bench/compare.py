@@ -164,25 +164,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     ratios = report(names, a, b)
     if args.json:
+        from gputrain.device import cpu_name
         from gputrain.results import write_result
 
         record = {"names": names, "a": a, "b": b, "ratios": ratios, "commands": [a_cmd, b_cmd]}
-        record |= {"cpu": cpu_model(), "cores": os.cpu_count(), "b_revision": revision(b_cwd)}
+        record |= {"cpu": cpu_name(), "cores": os.cpu_count(), "b_revision": revision(b_cwd)}
         write_result(args.json, record, command=shlex.join(["python", "bench/compare.py", *sys.argv[1:]]))
     return 0
-
-
-def cpu_model() -> str:
-    """The CPU's model name as Linux reports it (the platform's processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def revision(folder: str | None) -> str | None:

@@ -1,3 +1,6 @@
+import platform
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -153,3 +156,15 @@ def test_ridge_points_from_the_table():
     assert dv.GPU_SPECS["H100"].ridge("bf16") == pytest.approx(989.4 / 3.35)  # about 295 FLOPs per byte
     assert dv.GPU_SPECS["A100"].ridge("bf16") == pytest.approx(312 / 2.039)
     assert dv.GPU_SPECS["L4"].ridge("bf16") is None  # no memory figures for the L4
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads Linux's /proc/cpuinfo")
+def test_a_cpu_is_named_by_its_model_not_its_architecture():
+    """platform.processor() says "x86_64" on Linux, and every CPU provenance used to say just that."""
+    models = [
+        ln.split(":", 1)[1].strip()
+        for ln in Path("/proc/cpuinfo").read_text().splitlines()
+        if ln.startswith("model name")
+    ]
+    expected = models[0] if models else platform.processor() or platform.machine()
+    assert dv.cpu_name() == expected and dv.device_name(torch.device("cpu")) == expected

@@ -13,6 +13,7 @@ peak of every format (chapter 11, "The memory hierarchy");
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
@@ -68,7 +69,27 @@ def device_name(dev: Optional[torch.device] = None) -> str:
     dev = dev or device()
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return platform.processor() or platform.machine() or "cpu"
+    return cpu_name()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """The CPU's model, as the operating system names it (``platform.processor()`` says only "x86_64" on Linux)."""
+    try:
+        if platform.system() == "Linux":
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        elif platform.system() == "Darwin":
+            import subprocess
+
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True)
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"  # Windows names its CPU here; ARM Linux has no model
 
 
 KiB = 1024  # NVIDIA's architecture documents mean binary kilobytes: "228 KB" of shared memory is 228 x 1024 bytes

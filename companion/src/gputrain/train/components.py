@@ -55,7 +55,8 @@ def _without_compiler_hooks(cls: type[torch.optim.Optimizer]) -> type[torch.opti
             return raw_step(self, closure)
 
     methods = {name: inspect.unwrap(getattr(base, name)) for name in _COMPILER_WRAPPED}
-    return type(cls.__name__, (cls,), methods | {"step": step, "__module__": __name__, "__doc__": cls.__doc__})
+    about = f"``torch.optim.{cls.__name__}`` without the wrappers that import ``torch._dynamo``: the run's own."
+    return type(cls.__name__, (cls,), methods | {"step": step, "__module__": __name__, "__doc__": about})
 
 
 _COMPILER_WRAPPED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")

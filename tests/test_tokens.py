@@ -248,3 +248,29 @@ def test_a_token_file_too_short_or_replaced_is_refused_in_one_line(tmp_path):
     assert torch.equal(ds[3][0], TokenDataset(cached.tokens, 8)[3][0])  # this process keeps the file it opened
     with pytest.raises(RuntimeError, match="was replaced during the run; start the run again"):
         pickle.loads(copy)[0]
+
+
+def test_a_copy_for_a_worker_maps_the_file_again_and_uint16_ids_survive_pickling(tmp_path):
+    """A spawned DataLoader worker gets the dataset pickled (multiprocessing's ForkingPickler): a file-backed one
+    used to carry its whole mapped corpus along, and torch 2.13 cannot unpickle a uint16 tensor at all."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    text = python_corpus(max_bytes=60_000)
+    bpe = BPETokenizer.train(text, vocab_size=300)
+    (f,) = _files(tmp_path, [text.encode()])
+    cached = _tokenize(TextSource("f", [f]), tmp_path / "c", tokenizer=bpe)
+    assert cached.tokens.dtype == torch.uint16 and cached.tokens.nbytes > 20_000
+    tail = cached.tokens[100:]
+    for ds in (TokenDataset(tail, 9, cached.path, first=100), TokenDataset(tail.clone(), 9)):  # file, memory
+        for dumps in (pickle.dumps, lambda obj: bytes(ForkingPickler.dumps(obj))):
+            blob = dumps(ds)
+            copy = pickle.loads(blob)
+            assert copy.tokens.dtype == torch.uint16 and len(copy) == len(ds) and copy.file == ds.file
+            assert all(torch.equal(a, b) for i in (0, len(ds) // 2, len(ds) - 1) for a, b in zip(copy[i], ds[i]))
+            if ds.file is not None:
+                assert len(blob) < 2_000, len(blob)  # the file's name, not its ids
+    blob = pickle.dumps(TokenDataset(tail, 9, cached.path, first=100))
+    cached.path.write_bytes(cached.path.read_bytes()[:1000])  # cut short before a worker maps it
+    with pytest.raises(RuntimeError, match="was replaced during the run; start the run again"):
+        pickle.loads(blob)

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..device import synchronize
 from .images import decode_jpeg, random_crop, random_flip, resize_shorter
+from .tokens import map_tokens
 
 
 class TokenDataset(Dataset):
@@ -66,7 +68,34 @@ class TokenDataset(Dataset):
         return self._handle
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_handle": None}  # a spawned DataLoader worker opens the file itself
+        """What a copy (a spawned DataLoader worker) needs: never the open file; the ids only where no file has them.
+
+        A file-backed dataset travels as the file's name, dtype and length, and
+        the copy maps the file again; pickled as a tensor, the mapped corpus
+        was copied whole into every worker.  Ids held in memory travel as they
+        are, uint16 ones as a NumPy array: torch 2.13 pickles a uint16 tensor
+        that it cannot unpickle.
+        """
+        state = {**self.__dict__, "_handle": None}
+        if self.file is not None:
+            state["tokens"] = (self.tokens.dtype, len(self.tokens))
+        elif self.tokens.dtype == torch.uint16:
+            state["tokens"] = self.tokens.numpy()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        tokens = state["tokens"]
+        if isinstance(tokens, tuple):  # mapped again: the same ids of the same file, checked when first read
+            dtype, n = tokens
+            try:
+                tokens = map_tokens(state["file"], dtype, state["first"] + n)[state["first"] :]
+            except (OSError, ValueError) as exc:  # gone, or shorter than the ids to read
+                raise RuntimeError(
+                    f"token file {state['file']} was replaced during the run; start the run again ({exc})"
+                ) from None
+        elif isinstance(tokens, np.ndarray):
+            tokens = torch.from_numpy(tokens)
+        self.__dict__.update(state, tokens=tokens)
 
     def __len__(self) -> int:
         return (len(self.tokens) - 1) // self.block_size

@@ -35,9 +35,10 @@ def train_step(
     grad_clip: float,
     accept: Optional[Callable[[float, float], bool]] = None,
 ) -> StepStats:
-    """One optimizer step over ``batches`` (gradient accumulation): forward, loss, backward, clip, update.
+    """One optimizer step over ``batches``: forward, loss, backward, clip, update.
 
-    Chapter 6, "The step, and the loop around it".
+    Chapter 6, "The step, and the loop around it".  Several batches make one
+    step when gradients are accumulated over them.
 
     ``accept(loss, grad_norm)`` decides whether the update is applied; by
     default only finite values are.  Every process computes the same decision
@@ -45,17 +46,22 @@ def train_step(
     """
     total = torch.zeros((), device=accelerator.device)
     for x, y in batches:
-        with accelerator.accumulate(model):  # DDP syncs gradients only on the last micro-batch
-            loss = model(x, y)[1]  # x (B, T), y (B, T) -> scalar; the (B, T, V) logits are freed here,
-            # not held through backward, which needs only what cross_entropy saved (B*T*V*4 bytes: 4 MiB at
-            # B=32, T=128, V=256)
+        # DDP syncs the gradients only on the last micro-batch
+        with accelerator.accumulate(model):
+            # x (B, T), y (B, T) -> a scalar loss. The (B, T, V) logits are
+            # freed here, not held through backward, which needs only what
+            # cross_entropy saved (B*T*V*4 bytes: 4 MiB at B=32, T=128, V=256)
+            loss = model(x, y)[1]
             accelerator.backward(loss)  # scaled by 1/grad_accum_steps inside
             total += loss.detach()
     mean = accelerator.reduce(total / len(batches), reduction="mean")
-    # clip_grad_norm_ returns the norm before clipping; inf max_norm just measures it
-    norm = clip_gradients(accelerator, model.parameters(), grad_clip if grad_clip > 0 else math.inf)
-    loss_value, norm_value = torch.stack([mean.float(), norm.float().to(mean.device)]).tolist()  # one sync
-    applied = accept(loss_value, norm_value) if accept else math.isfinite(loss_value) and math.isfinite(norm_value)
+    # the norm before clipping; an infinite max_norm only measures it
+    max_norm = grad_clip if grad_clip > 0 else math.inf
+    norm = clip_gradients(accelerator, model.parameters(), max_norm)
+    both = torch.stack([mean.float(), norm.float().to(mean.device)])
+    loss_value, norm_value = both.tolist()  # one sync with the device
+    finite = math.isfinite(loss_value) and math.isfinite(norm_value)
+    applied = accept(loss_value, norm_value) if accept else finite
     if applied:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -107,12 +107,12 @@ def process_cost(command: Sequence[str], cwd: Optional[str] = None) -> dict[str,
         out = subprocess.run([sys.executable, "-c", _MEASURER, *command], cwd=cwd, stdout=subprocess.PIPE, stderr=err)
         err.seek(0)
         tail = err.read().decode(errors="replace")[-1500:]
-    fields = out.stdout.split()
+    fields, name = out.stdout.split(), " ".join(map(str, command))
     if out.returncode or len(fields) != 4:  # the measurer itself failed: the command could not start
-        raise RuntimeError(f"{' '.join(map(str, command))} did not run:\n{tail}")
+        raise RuntimeError(f"{name} did not run:\n{tail}")
     wall, code, cpu, peak = float(fields[0]), int(fields[1]), float(fields[2]), int(fields[3])
     if code:
-        raise RuntimeError(f"{' '.join(map(str, command))} exited {code}:\n{tail}")
+        raise RuntimeError(f"{name} exited {code}:\n{tail}")
     per_unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return {"wall_s": wall, "cpu_s": cpu, "rss_mib": peak * per_unit / 2**20}
 

@@ -33,6 +33,9 @@ class OptimizerChoice:
     about: str  # one line for --help and the docs
 
 
+_COMPILER_WRAPPED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")  # and step
+
+
 def _without_compiler_hooks(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
     """``cls`` with torch's own arithmetic and state, minus the wrappers that import ``torch._dynamo``.
 
@@ -59,7 +62,6 @@ def _without_compiler_hooks(cls: type[torch.optim.Optimizer]) -> type[torch.opti
     return type(cls.__name__, (cls,), methods | {"step": step, "__module__": __name__, "__doc__": about})
 
 
-_COMPILER_WRAPPED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
 AdamW, Adam, SGD = (_without_compiler_hooks(c) for c in (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD))
 
 

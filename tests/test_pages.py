@@ -12,6 +12,10 @@ which builds the site).
 - every chapter listed in ``CHAPTERS_WITH_EXERCISES`` ends with an
   "Exercises" section of 4 to 6 exercises, each followed by a folded worked
   solution and a folded code cell that checks the answer with ``assert``;
+- a checked cell (``# NBVAL_CHECK_OUTPUT``) whose stored output holds a number
+  with a fraction or an exponent says, on a line ``# same on every CPU: why``,
+  why that number cannot change with the CPU or its math library: an error
+  magnitude or a measured rate must be asserted against a bound instead;
 - every figure a cell draws carries a numbered caption (MyST-NB's
   ``mystnb.figure`` cell metadata), and the prose refers to each by number;
   interactive figures (frame players, sliders) are captioned the same way
@@ -112,6 +116,49 @@ def test_no_visible_code_cell_is_longer_than_thirty_lines(path):
 def prose(text: str) -> str:
     """Markdown without its code: the API's own names (``seed=``, ``cfg.seed``) are not prose."""
     return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+
+
+CHECKED = "# NBVAL_CHECK_OUTPUT"
+SAME_EVERYWHERE = re.compile(r"^# same on every CPU: \S", re.M)
+# a number with a fraction or an exponent (1.5, .5, 8e-07, 3.4e+38), not part of a version or a name
+FRACTIONAL = re.compile(r"(?<![\w.])[-+]?(?:\d*\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+)(?![\w.])")
+
+
+def unexplained_fractions(nb_cells: list[dict]) -> list[tuple[int, list[str]]]:
+    """Checked cells that print a fractional number without saying why it is the same on every CPU."""
+    found = []
+    for i, c in enumerate(nb_cells):
+        if c["cell_type"] != "code" or CHECKED not in source(c) or SAME_EVERYWHERE.search(source(c)):
+            continue
+        numbers = FRACTIONAL.findall(output_text(c))
+        if numbers:
+            found.append((i, numbers[:4]))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
+def test_checked_cells_print_nothing_a_cpu_can_change(path):
+    # "dk 8e-07" printed "6e-07" on another CPU, "11.21 FP32 eps" printed "8.58": a checked cell
+    # compared those digits with the machine that recorded them, and failed on the next one
+    bad = unexplained_fractions(cells(path))
+    assert not bad, (
+        f"{name(path)}: checked cells print fractional numbers (cell, first numbers): {bad}; print a "
+        "verdict and assert the magnitude against a bound, or add '# same on every CPU: <why>' if the "
+        "numbers are exact (integers, format constants, published figures)"
+    )
+
+
+def test_the_checked_cell_rule_can_fail():
+    def cell(src, out):
+        return {"cell_type": "code", "source": src, "outputs": [{"output_type": "stream", "text": out}]}
+
+    measured = cell(f"{CHECKED}\nprint(err)", "dq 4e-07, dk 8e-07\n")
+    assert unexplained_fractions([measured]) == [(0, ["4e-07", "8e-07"])]
+    assert unexplained_fractions([cell(f"{CHECKED}\nprint(r)", "11.21 FP32 eps\n")]) == [(0, ["11.21"])]
+    exact = cell(f"{CHECKED}\n# same on every CPU: IEEE constants\nprint(m)", "3.4e+38\n")
+    counts = cell(f"{CHECKED}\nprint(n)", "torch 2.13.0, 16,384 weights, shape (4, 8)\n")
+    unchecked = cell("print(err)", "8e-07\n")
+    assert unexplained_fractions([exact, counts, unchecked]) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=name)

@@ -14,11 +14,15 @@
   backward GEMMs are FP8 products through ``torch._scaled_mm`` (tensorwise or
   rowwise scales), or the DeepSeek-V3 tile/block recipe emulated by
   quantize-dequantize; :func:`convert_to_float8` swaps it into a model.
+* :func:`fast_scaled_mm`: whether ``torch._scaled_mm`` is fast here, measured
+  once per process; where it is not (on some CPUs 2,500x slower than FP32),
+  a Float8Linear multiplies the same FP8 numbers through the emulation.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
@@ -27,8 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import median_seconds
+from .device import Timer, device_name, median_seconds
 from .precision import FloatFormat, get_format
+from .speed import cpu_threads, forced_verdict
 
 FP8_NAMES = ("e4m3", "e5m2")
 GRANULARITIES = ("tensor", "row", "tile", "block")
@@ -347,6 +352,74 @@ def scaled_mm_support(device: "torch.device | str" = "cpu") -> dict[str, str]:
     return result
 
 
+@dataclass(frozen=True)
+class ScaledMMSpeed:
+    """Whether ``torch._scaled_mm`` is fast here, per scaling (``"tensor"``, ``"row"``), measured once."""
+
+    fast: dict  # granularity -> True: use the kernel; False: multiply the same FP8 numbers emulated
+    slowdown: dict  # granularity -> time of _scaled_mm / time of the emulated product (1.0 on GPUs: not measured)
+    reason: str  # one line for logs and the chapters
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+SCALED_MM_SLOW_FACTOR = 4.0  # a _scaled_mm this many times slower than the emulated product is not used
+SCALED_MM_ENV = "GPUTRAIN_FAST_SCALED_MM"  # "0" (emulate) or "1" (kernel) overrides the measured verdict
+FUSED = ("tensor", "row")  # the scalings torch._scaled_mm takes on every backend
+
+
+def fast_scaled_mm(dev_type: Optional[str] = None) -> ScaledMMSpeed:
+    """Measure once whether ``torch._scaled_mm`` is fast on this device, per scaling (chapter 10).
+
+    A CUDA GPU with FP8 tensor cores (sm_89 or newer) runs it in hardware.  On
+    a CPU the answer is measured, not guessed from CPU flags: a 64x64x64 FP8
+    product through the kernel is timed against the emulated one (dequantize,
+    FP32 product), which multiplies the same FP8 numbers.  On an AMX Intel Xeon
+    the tensorwise kernel ran at 0.05 GFLOP/s, 2,500x slower than FP32, while
+    the rowwise one kept pace; a scaling that is :data:`SCALED_MM_SLOW_FACTOR`
+    times slower than the emulation is emulated by :class:`Float8Linear`.
+    ``GPUTRAIN_FAST_SCALED_MM=0`` (or ``1``) overrides the verdict; the
+    slowdown stays the measured one.
+    """
+    measured = _measured_scaled_mm(dev_type or ("cuda" if torch.cuda.is_available() else "cpu"))
+    forced = forced_verdict(SCALED_MM_ENV, "emulate FP8 products", "use torch._scaled_mm")
+    if forced is None:
+        return measured
+    verdict = "torch._scaled_mm" if forced else "emulated in FP32"
+    return ScaledMMSpeed(
+        {g: forced for g in FUSED}, measured.slowdown, f"FP8 products {verdict}: {SCALED_MM_ENV}={int(forced)}"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_scaled_mm(dev_type: str, n: int = 64) -> ScaledMMSpeed:
+    if dev_type == "cuda":
+        cap = torch.cuda.get_device_capability()
+        ok = tuple(cap) >= (8, 9)
+        verdict = "FP8 tensor cores" if ok else "no FP8 tensor cores: emulate=True"
+        return ScaledMMSpeed({g: ok for g in FUSED}, {g: 1.0 for g in FUSED}, f"torch._scaled_mm: {verdict}")
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    fast, slowdown = {}, {}
+    with cpu_threads(1):
+        for gran in FUSED:
+            qa, qb = quantize(a, "e4m3", gran), quantize(b, "e4m3", gran)
+            try:
+                kernel = median_seconds(
+                    lambda: scaled_matmul(qa, qb, emulate=False), repeats=3, dev=torch.device("cpu")
+                )
+            except RuntimeError:  # this build has no CPU kernel for the scaling: emulate
+                kernel = math.inf
+            emulated = median_seconds(lambda: scaled_matmul(qa, qb, emulate=True), repeats=3, dev=torch.device("cpu"))
+            slowdown[gran] = kernel / emulated
+            fast[gran] = slowdown[gran] < SCALED_MM_SLOW_FACTOR
+    shown = ", ".join(
+        f"{g}wise {'kernel' if fast[g] else 'emulated'} ({slowdown[g]:.3g}x the emulated time)" for g in FUSED
+    )
+    return ScaledMMSpeed(fast, slowdown, f"torch._scaled_mm on {device_name()} at {n}^3: {shown}")
+
+
 def transpose(q: Quantized) -> Quantized:
     """The quantized transpose, reusing codes and scales: possible for tensor scales and square blocks.
 
@@ -378,13 +451,28 @@ def _pad_scale(scale: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([scale, scale.new_ones(rows - scale.shape[0], 1)])
 
 
-def scaled_matmul(qa: Quantized, qb: Quantized, *, emulate: bool = False, align: Optional[int] = None) -> torch.Tensor:
+def emulates(granularity: str, dev_type: str) -> bool:
+    """Whether an FP8 product with ``granularity`` scales is emulated by default on ``dev_type``.
+
+    Tiles and blocks always are (no backend's ``_scaled_mm`` takes them on a
+    CPU); tensor and row scales are where :func:`fast_scaled_mm` found the
+    kernel slow.  A GPU always uses its kernel (and says so when it has none).
+    """
+    if granularity not in FUSED:
+        return True
+    return dev_type != "cuda" and not fast_scaled_mm(dev_type).fast[granularity]
+
+
+def scaled_matmul(
+    qa: Quantized, qb: Quantized, *, emulate: Optional[bool] = None, align: Optional[int] = None
+) -> torch.Tensor:
     """``a @ b.T`` from FP8 operands ``qa`` (R, K) and ``qb`` (N, K), both scaled along K; FP32 (R, N).
 
     Tensor or row scales on both sides: one ``torch._scaled_mm`` (``b``
     column-major, as cuBLAS wants).  Tiles or blocks (DeepSeek-V3's recipe),
     or ``emulate``: an FP32 product of the dequantized operands, the same FP8
     values the fused kernel multiplies, added in FP32 as it does every 128.
+    ``emulate=None`` takes the kernel where it is fast (:func:`emulates`).
     ``align`` pads K and N with zero bytes to a multiple (CUDA needs 16;
     default 16 on CUDA, 1 on the CPU, whose kernel takes any shape); zero
     padding changes no product.
@@ -393,7 +481,9 @@ def scaled_matmul(qa: Quantized, qb: Quantized, *, emulate: bool = False, align:
         raise ValueError(f"inner dimensions differ: {tuple(qa.data.shape)} @ {tuple(qb.data.shape)}^T")
     if 0 in (*qa.data.shape, qb.data.shape[0]):  # an empty batch: no GEMM to launch, a sum of no products is 0
         return qa.data.new_zeros(qa.data.shape[0], qb.data.shape[0], dtype=torch.float32)  # (R, N)
-    fused = {qa.granularity, qb.granularity} <= {"tensor", "row"} and qa.granularity == qb.granularity
+    fused = {qa.granularity, qb.granularity} <= set(FUSED) and qa.granularity == qb.granularity
+    if emulate is None:
+        emulate = emulates(qa.granularity, qa.data.device.type)
     if emulate or not fused:
         return dequantize_2d(qa) @ dequantize_2d(qb).t()  # (R, N)
     align = align or (16 if qa.data.is_cuda else 1)
@@ -415,7 +505,7 @@ def fp8_gemm(
     b_fmt: str = "e4m3",
     granularity: str = "tensor",
     b_is_weight: bool = False,
-    emulate: bool = False,
+    emulate: Optional[bool] = None,
     align: Optional[int] = None,
 ) -> torch.Tensor:
     """``a @ b.T`` for ``a`` (R, K) and ``b`` (N, K), both rounded to FP8 along K; FP32 (R, N).
@@ -486,7 +576,9 @@ class Float8Linear(nn.Linear):
     ``granularity``: ``"tensor"`` or ``"row"`` scales through
     ``torch._scaled_mm`` (real FP8 tensor cores on Ada/Hopper; a CPU kernel
     here), or ``"block"`` for DeepSeek-V3's 1x128 tiles and 128x128 blocks,
-    emulated.  ``fmt`` rounds inputs and weights, ``grad_fmt`` the output
+    emulated.  ``emulate``: ``None`` takes the kernel where
+    :func:`fast_scaled_mm` found it fast and emulates the same FP8 products
+    elsewhere; ``True`` or ``False`` forces one path.  ``fmt`` rounds inputs and weights, ``grad_fmt`` the output
     gradient (default: E5M2, the wider range, with tensor scales, as in
     Micikevicius et al. 2022; E4M3 everywhere with finer scales, as in
     DeepSeek-V3).  Parameters stay in their own dtype (the master copy);
@@ -502,7 +594,7 @@ class Float8Linear(nn.Linear):
         granularity: str = "tensor",
         fmt: str = "e4m3",
         grad_fmt: Optional[str] = None,
-        emulate: bool = False,
+        emulate: Optional[bool] = None,
         device=None,
         dtype=None,
     ):
@@ -527,10 +619,22 @@ class Float8Linear(nn.Linear):
         new.bias = linear.bias
         return new
 
+    def emulated(self, device: torch.device) -> bool:
+        """Whether this layer's products are emulated on ``device`` (``emulate=None``: where the kernel is slow)."""
+        return self.emulate if self.emulate is not None else emulates(self.granularity, device.type)
+
     def path(self, device: torch.device) -> str:
         """The kernel this layer uses on ``device`` (and the error for a GPU without FP8)."""
-        if self.emulate or self.granularity == "block":
-            return "emulated: quantize-dequantize, FP32 matmul"
+        if self.emulated(device):
+            why = (
+                ""
+                if self.emulate or self.granularity == "block"
+                else (
+                    f" (torch._scaled_mm {self.granularity}wise is "
+                    f"{fast_scaled_mm(device.type).slowdown[self.granularity]:.0f}x slower here)"
+                )
+            )
+            return f"emulated: quantize-dequantize, FP32 matmul{why}"
         if device.type == "cuda":
             check_fp8_capability(torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
         return f"torch._scaled_mm, {self.granularity}wise scales"
@@ -543,7 +647,7 @@ class Float8Linear(nn.Linear):
             "fmt": self.fmt,
             "grad_fmt": self.grad_fmt,
             "granularity": self.granularity,
-            "emulate": self.emulate,
+            "emulate": self.emulated(x.device),
             "out_dtype": out_dtype,
         }
         y = _Float8Matmul.apply(x.reshape(math.prod(x.shape[:-1]), self.in_features), self.weight, cfg)  # (M, N)
@@ -551,7 +655,9 @@ class Float8Linear(nn.Linear):
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:
-        mode = "emulated" if self.emulate or self.granularity == "block" else "_scaled_mm"
+        mode = {True: "emulated", False: "_scaled_mm", None: "_scaled_mm where fast"}[
+            True if self.granularity == "block" else self.emulate
+        ]
         return f"{super().extra_repr()}, fp8={self.fmt}/{self.grad_fmt}, {self.granularity}, {mode}"
 
 
@@ -656,8 +762,24 @@ def gemm_operands(kind: GemmKind, m: int, k: int, n: int, device: torch.device, 
 
 
 def gemm_tflops(
-    kind: GemmKind, m: int, k: int, n: int, device: "torch.device | str" = "cpu", repeats: int = 5
+    kind: GemmKind,
+    m: int,
+    k: int,
+    n: int,
+    device: "torch.device | str" = "cpu",
+    repeats: int = 5,
+    budget_s: float = 1.0,
 ) -> float:
-    """Measured TFLOP/s (2mkn FLOPs per product) of one GEMM of ``kind``, operands already prepared."""
+    """Measured TFLOP/s (2mkn FLOPs per product) of one GEMM of ``kind``, operands already prepared.
+
+    The first call is timed too: where it alone takes more than ``budget_s``
+    over ``repeats + 1`` (a slow CPU kernel, 2,500x slower than FP32 on some
+    CPUs), its time is the measurement, and the product is not run again.
+    """
     device = torch.device(device)
-    return 2 * m * k * n / median_seconds(gemm_operands(kind, m, k, n, device), repeats, dev=device) / 1e12
+    run = gemm_operands(kind, m, k, n, device)
+    with Timer(device) as first:
+        run()
+    if first.seconds > budget_s / (repeats + 1):
+        return 2 * m * k * n / first.seconds / 1e12
+    return 2 * m * k * n / median_seconds(run, repeats, warmup=0, dev=device) / 1e12

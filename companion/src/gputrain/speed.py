@@ -306,13 +306,19 @@ def native_bf16(dev_type: Optional[str] = None, n: int = 256) -> Bf16Support:
     slowdown is still the measured one.
     """
     measured = _measured_bf16(dev_type, n)
-    forced = os.environ.get(BF16_ENV, "")
-    if forced == "":
+    forced = forced_verdict(BF16_ENV, "emulate bf16", "native")
+    if forced is None:
         return measured
-    if forced not in ("0", "1"):
-        raise ValueError(f"{BF16_ENV}={forced!r} must be 0 (emulate bf16) or 1 (native), or unset to measure")
-    verdict = "native" if forced == "1" else "emulated in FP32"
-    return Bf16Support(forced == "1", measured.slowdown, f"bf16 {verdict}: {BF16_ENV}={forced} ({measured})")
+    verdict = "native" if forced else "emulated in FP32"
+    return Bf16Support(forced, measured.slowdown, f"bf16 {verdict}: {BF16_ENV}={int(forced)} ({measured})")
+
+
+def forced_verdict(env: str, off: str, on: str) -> Optional[bool]:
+    """What the environment variable ``env`` forces on a measured fast path: ``"0"`` False, ``"1"`` True, unset None."""
+    forced = os.environ.get(env, "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"{env}={forced!r} must be 0 ({off}) or 1 ({on}), or unset to measure")
+    return None if forced == "" else forced == "1"
 
 
 @functools.lru_cache(maxsize=None)

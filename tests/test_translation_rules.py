@@ -18,6 +18,14 @@ sys.path.insert(0, str(ROOT / "book" / "tools"))
 
 import translations as T  # noqa: E402
 
+# instructions, operations and FLOPs executed, as OpenCC's 运行 writes them
+_RUN_OPERATIONS = (
+    r"(?:Tensor Core 上?|以 ?(?:FP32|FP8|TF32) ?|BF16` ?|格式|由 CPU ?|顺序|调度器|一个接一个地)运行"
+    r"|运行(?:同一条指令|了 \$2MNK|不是矩阵乘积|五个逐元素|前向与反向|一个块的前向)"
+)
+# a number format's or a kernel's stores, as OpenCC's 保存 (save) writes them
+_SAVE_STORES = r"(?:FP8|BF16|E4M3|数字) ?保存|保存(?:空间|区|和计算|与运算)|从未保存|把结果保存"
+
 # (pattern, what to write instead)
 TAIWAN = [
     (r"訓練輪(?!次)", "訓練輪次"),
@@ -30,6 +38,11 @@ TAIWAN = [
     (r"視圖", "畫面 or 檢視"),
     (r"並行", "同時進行 or 平行"),
     (r"循環結構", "遞迴結構"),
+    # issue 30
+    (r"數據", "規格數字, 數字 or 資料 (數據 is the mainland's word)"),
+    (r"錄存", "記錄下來的"),
+    (r"單一一個", "一個 or 只有一個"),
+    (r"(?:[每幾些一]|\$ )列(?![出表印舉入])", "橫列 (a bare 列 is the mainland's column)"),
 ]
 MAINLAND = [
     (r"第一手数据", "第一手资料"),
@@ -41,6 +54,15 @@ MAINLAND = [
     (r"训练轮(?!次)", "训练轮次"),
     (r"无限大", "无穷大"),
     (r"一层一层地运行", "一层一层地执行"),
+    # issue 30
+    (r"大小块", "大分块"),
+    (r"兆", "万亿 (on the mainland 兆 can mean a million)"),
+    (r"抽采样本", "抽取样本"),
+    (r"个批量", "个批次 (批量 is the mass noun: 批量大小)"),
+    (r"主内存", "显存 (a GPU's HBM)"),
+    (_RUN_OPERATIONS, "执行 (instructions, operations and FLOPs are executed; programs run)"),
+    (_SAVE_STORES, "存储 or 写回 (a format's or a kernel's stores; 保存 is to save)"),
+    (r"矩(?![阵估形])", "矩估计 (Adam's moments)"),
 ]
 _QUOTED = re.compile(r"「[^「」]*」|“[^“”]*”")
 
@@ -119,3 +141,51 @@ def test_quotations_of_the_articles_keep_their_wording(simplified):
     lost = [q for q in quotes if f"“{characters.convert(q)}”" not in mainland]
     assert not lost, f"quotations the Simplified edition changed: {lost}"
     assert "“Batch（批量）”" not in mainland
+
+
+def test_the_issue_30_rules_catch_what_they_name():
+    """OpenCC alone brings back each fault the mainland editor found; the term table removes it."""
+    import opencc
+
+    convert = opencc.OpenCC("tw2sp")
+    sample = (
+        "要求大圖塊的核心函式；一個擁有一兆參數的模型；啟動運算、抽取樣本；這個批次；"
+        "SRAM 的頻寬是主記憶體的十倍；以 FP32 執行；張量以 FP8 儲存；Adam 的兩個動差。"
+    )
+    before = (  # what the term table made of it before issue 30
+        "要求大小块的核函数；一个拥有一兆参数的模型；启动运算、抽采样本；这个批量；"
+        "SRAM 的带宽是主内存的十倍；以 FP32 运行；张量以 FP8 保存；Adam 的两个矩。"
+    )
+    assert len(_breaches({"x": [_Msg(before)]}, MAINLAND)) == 8
+    fixed = T.to_simplified(sample, T.terms(), convert)
+    assert not _breaches({"x": [_Msg(fixed)]}, MAINLAND), fixed
+    assert "大分块" in fixed and "一万亿参数" in fixed and "这个批次" in fixed and "两个矩估计" in fixed, fixed
+    taiwan = "公開數據；錄存的結果；單一一個數字；共 $N$ 列、每列 $P$ 個數字；命令列與橫列"
+    assert len(_breaches({"x": [_Msg(taiwan)]}, TAIWAN)) == 5
+
+
+def test_the_mainland_glossary_says_same_characters_only_where_they_are():
+    """An entry whose Simplified text says 繁简写法相同 must show the Traditional headword in Simplified
+    characters; 打乱 under a note that it is written the same as 打散 contradicts itself."""
+    import opencc
+
+    characters = opencc.OpenCC("t2s")
+    convert = T.simplifier()
+    overrides = {m.id: m.string for m in T.read_catalog(T.CN_SOURCES / "overrides.po") if m.id}
+    wrong = []
+    for m in T.catalogs()["book/glossary"]:
+        if m.id and m.string:
+            mainland = overrides.get(m.id) or convert(m.string)
+            head = m.string.split("（")[0]
+            if "繁简写法相同" in mainland and characters.convert(head) != mainland.split("（")[0]:
+                wrong.append(mainland[:40])
+    assert not wrong, f"zh_CN glossary entries that contradict themselves (add an override): {wrong}"
+
+
+def test_the_glossary_index_lists_the_editors_terms():
+    """The Chinese -> English index of book/glossary.md (not a catalog message) follows the same rules."""
+    index = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8").split("## Chinese → English index")[1]
+    rows = [line.split("|")[1].strip() for line in index.splitlines() if line.startswith("| ") and "{term}" in line]
+    assert len(rows) > 100, len(rows)
+    stale = [row for row in rows if re.search(r"訓練輪(?!次)|训练轮(?!次)|無限大|无限大", row)]
+    assert not stale, f"index rows with a retired term: {stale}"

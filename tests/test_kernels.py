@@ -48,6 +48,20 @@ def test_add_matches_torch_and_counts_three_arrays(n, block):
     assert (t.read, t.written) == (2 * 4 * n, 4 * n)  # masked lanes are not counted
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_in_half_precision_is_torchs_sum_in_the_same_dtype(dtype):
+    """The interpreter added bf16 bit patterns: [1, 2, 3] + [.5, .25, -1] gave [8.5e37, 8.5e37, nan]."""
+    x, y = (
+        torch.tensor([1.0, 2.0, 3.0], dtype=dtype, device=DEV),
+        torch.tensor([0.5, 0.25, -1.0], dtype=dtype, device=DEV),
+    )
+    assert add(x, y).tolist() == [1.5, 2.25, 2.0]
+    x, y, t = randn(1000, dtype=dtype, seed=1), randn(1000, dtype=dtype, seed=2), Traffic(DEV)
+    z = add(x, y, block=128, traffic=t)  # 1000 is no multiple of 128: the last block is masked
+    assert z.dtype == dtype and torch.equal(z, x + y)  # the exact sum rounded to nearest once, as torch does
+    assert (t.read, t.written) == (2 * 2 * 1000, 2 * 1000)  # two bytes per element, however the sum is rounded
+
+
 @pytest.mark.parametrize("shape", [(37, 100), (3, 5, 129), (1, 1)])
 @pytest.mark.parametrize("fn", [softmax, softmax_unfused])
 def test_softmax_matches_torch(shape, fn):

@@ -26,6 +26,7 @@ from gputrain.kernels import (
     tile_smem_bytes,
     tiled_read_bytes,
 )
+from gputrain.kernels.matmul import matmul_intensity
 
 pytest.importorskip("triton")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -154,6 +155,55 @@ def test_largest_tiles_that_fit_hopper_shared_memory():
         t = sizes[name]
         assert tile_smem_bytes(t, t, 64, itemsize, 2) <= smem < tile_smem_bytes(2 * t, 2 * t, 64, itemsize, 2)
     assert sizes["fp8"] == 4 * sizes["fp32"]  # a quarter of the bytes per element: tiles four times as wide
+
+
+@pytest.mark.timeout(30)  # before the fix these looped forever: a tile of 0 bytes never outgrows shared memory
+@pytest.mark.parametrize("name", ["stages", "itemsize", "bk"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_tile_arithmetic_refuses_sizes_below_one(name, value):
+    sizes = {"itemsize": 2, "bk": 64, "stages": 2, name: value}
+    for call in (
+        lambda: tile_smem_bytes(128, 128, sizes["bk"], sizes["itemsize"], sizes["stages"]),
+        lambda: largest_square_tile(228 * 1024, sizes["itemsize"], bk=sizes["bk"], stages=sizes["stages"]),
+    ):
+        with pytest.raises(KernelInputError, match=f"^{name}={value} is below 1; pass {name} >= 1$"):
+            call()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("smem", [float("inf"), 1.5, "228K"])
+def test_largest_square_tile_wants_a_whole_number_of_bytes(smem):
+    with pytest.raises(KernelInputError, match="smem_bytes must be an int"):
+        largest_square_tile(smem, 2)
+
+
+@pytest.mark.parametrize("block", [(32, 32), (32, 32, 32, 32), 32, None])
+def test_matmul_block_is_three_sizes(block):
+    """(32, 32) used to fail unpacking, and a 4-tuple was silently cut to its first three sizes."""
+    with pytest.raises(
+        KernelInputError, match=r"block takes 3 block sizes \(BM, BN, BK\).*pass e\.g\. block=\(32, 32, 32\)$"
+    ):
+        matmul(randn(32, 32), randn(32, 32), block=block)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: tiled_read_bytes(64, 64, 64, 0, 32), "bm=0"),
+        (lambda: tiled_read_bytes(64, 64, 64, 32, -32), "bn=-32"),
+        (lambda: tiled_read_bytes(-1, 64, 64, 32, 32), "m=-1"),
+        (lambda: tiled_read_bytes(64, 64, 64, 32, 32, itemsize=0), "itemsize=0"),
+        (lambda: matmul_intensity(0, 64, 64, 32, 32), "m=0"),
+    ],
+)
+def test_tile_byte_formulas_refuse_sizes_out_of_range(call, name):
+    """These divided by zero or returned negative bytes."""
+    with pytest.raises(KernelInputError, match=f"^{name} is below"):
+        call()
+
+
+def test_tile_byte_formulas_take_an_empty_product():
+    assert tiled_read_bytes(0, 64, 64, 32, 32) == tiled_read_bytes(64, 64, 0, 32, 32) == 0
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from gputrain.kernels import (
     tile_smem_bytes,
     tiled_read_bytes,
 )
+from gputrain.kernels.matmul import matmul_intensity
 
 pytest.importorskip("triton")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -46,6 +47,20 @@ def test_add_matches_torch_and_counts_three_arrays(n, block):
     z = add(x, y, block=block, traffic=t)
     assert torch.equal(z, x + y)
     assert (t.read, t.written) == (2 * 4 * n, 4 * n)  # masked lanes are not counted
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_in_half_precision_is_torchs_sum_in_the_same_dtype(dtype):
+    """The interpreter added bf16 bit patterns: [1, 2, 3] + [.5, .25, -1] gave [8.5e37, 8.5e37, nan]."""
+    x, y = (
+        torch.tensor([1.0, 2.0, 3.0], dtype=dtype, device=DEV),
+        torch.tensor([0.5, 0.25, -1.0], dtype=dtype, device=DEV),
+    )
+    assert add(x, y).tolist() == [1.5, 2.25, 2.0]
+    x, y, t = randn(1000, dtype=dtype, seed=1), randn(1000, dtype=dtype, seed=2), Traffic(DEV)
+    z = add(x, y, block=128, traffic=t)  # 1000 is no multiple of 128: the last block is masked
+    assert z.dtype == dtype and torch.equal(z, x + y)  # the exact sum rounded to nearest once, as torch does
+    assert (t.read, t.written) == (2 * 2 * 1000, 2 * 1000)  # two bytes per element, however the sum is rounded
 
 
 @pytest.mark.parametrize("shape", [(37, 100), (3, 5, 129), (1, 1)])
@@ -140,6 +155,55 @@ def test_largest_tiles_that_fit_hopper_shared_memory():
         t = sizes[name]
         assert tile_smem_bytes(t, t, 64, itemsize, 2) <= smem < tile_smem_bytes(2 * t, 2 * t, 64, itemsize, 2)
     assert sizes["fp8"] == 4 * sizes["fp32"]  # a quarter of the bytes per element: tiles four times as wide
+
+
+@pytest.mark.timeout(30)  # before the fix these looped forever: a tile of 0 bytes never outgrows shared memory
+@pytest.mark.parametrize("name", ["stages", "itemsize", "bk"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_tile_arithmetic_refuses_sizes_below_one(name, value):
+    sizes = {"itemsize": 2, "bk": 64, "stages": 2, name: value}
+    for call in (
+        lambda: tile_smem_bytes(128, 128, sizes["bk"], sizes["itemsize"], sizes["stages"]),
+        lambda: largest_square_tile(228 * 1024, sizes["itemsize"], bk=sizes["bk"], stages=sizes["stages"]),
+    ):
+        with pytest.raises(KernelInputError, match=f"^{name}={value} is below 1; pass {name} >= 1$"):
+            call()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("smem", [float("inf"), 1.5, "228K"])
+def test_largest_square_tile_wants_a_whole_number_of_bytes(smem):
+    with pytest.raises(KernelInputError, match="smem_bytes must be an int"):
+        largest_square_tile(smem, 2)
+
+
+@pytest.mark.parametrize("block", [(32, 32), (32, 32, 32, 32), 32, None])
+def test_matmul_block_is_three_sizes(block):
+    """(32, 32) used to fail unpacking, and a 4-tuple was silently cut to its first three sizes."""
+    with pytest.raises(
+        KernelInputError, match=r"block takes 3 block sizes \(BM, BN, BK\).*pass e\.g\. block=\(32, 32, 32\)$"
+    ):
+        matmul(randn(32, 32), randn(32, 32), block=block)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: tiled_read_bytes(64, 64, 64, 0, 32), "bm=0"),
+        (lambda: tiled_read_bytes(64, 64, 64, 32, -32), "bn=-32"),
+        (lambda: tiled_read_bytes(-1, 64, 64, 32, 32), "m=-1"),
+        (lambda: tiled_read_bytes(64, 64, 64, 32, 32, itemsize=0), "itemsize=0"),
+        (lambda: matmul_intensity(0, 64, 64, 32, 32), "m=0"),
+    ],
+)
+def test_tile_byte_formulas_refuse_sizes_out_of_range(call, name):
+    """These divided by zero or returned negative bytes."""
+    with pytest.raises(KernelInputError, match=f"^{name} is below"):
+        call()
+
+
+def test_tile_byte_formulas_take_an_empty_product():
+    assert tiled_read_bytes(0, 64, 64, 32, 32) == tiled_read_bytes(64, 64, 0, 32, 32) == 0
 
 
 @pytest.mark.parametrize(

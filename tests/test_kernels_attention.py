@@ -208,6 +208,30 @@ def test_bad_input_gets_one_clear_line(make, kwargs, words):
             naive_attention(*make(), **kwargs)
 
 
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: flash_forward_bytes(1, 1, 64, 64, 0, 32), "block_m=0"),
+        (lambda: flash_forward_bytes(1, 1, -5, 64, 32, 32), "t=-5"),
+        (lambda: flash_backward_bytes(1, 1, 64, 64, 32, 0), "block_n=0"),
+        (lambda: flash_backward_bytes(1, 1, 64, 64, 32, 32, itemsize=-2), "itemsize=-2"),
+        (lambda: naive_attention_bytes(1, 1, 64, 64, block=0), "block=0"),
+        (lambda: naive_attention_bytes(-1, 1, 64, 64), "b=-1"),
+    ],
+)
+def test_byte_formulas_refuse_sizes_out_of_range(call, name):
+    """A block of 0 divided by zero; a negative size gave negative bytes."""
+    with pytest.raises(KernelInputError, match=f"^{name} is below"):
+        call()
+
+
+def test_byte_formulas_of_an_empty_sequence_are_zero():
+    empty = (0, 0)
+    assert tuple(vars(flash_forward_bytes(1, 1, 0, 64, 32, 32)).values()) == empty
+    assert tuple(vars(flash_backward_bytes(2, 3, 0, 64, 32, 32)).values()) == empty
+    assert tuple(vars(naive_attention_bytes(1, 1, 0, 64)).values()) == empty
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU tensors are right on a machine without CUDA")
 def test_a_tensor_on_the_wrong_device_is_named():
     meta = torch.empty(1, 1, 16, 16, device="meta")

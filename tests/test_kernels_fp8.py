@@ -127,6 +127,16 @@ def test_bytes_at_whole_tiles_are_codes_plus_a_thirty_second_of_scales():
     assert 0.015 < scales / codes < 0.02  # 4 bytes per 128 codes of A, and next to nothing for B
 
 
+@pytest.mark.parametrize(
+    "args, name",
+    [((64, 64, 128, 0, 64), "block_m=0"), ((64, 64, 128, 64, -16), "block_n=-16"), ((-1, 64, 128, 64, 64), "m=-1")],
+)
+def test_byte_formula_refuses_sizes_out_of_range(args, name):
+    """A block of 0 divided by zero; a negative size gave negative bytes."""
+    with pytest.raises(KernelInputError, match=f"^{name} is below"):
+        fp8_gemm_read_bytes(*args)
+
+
 def test_empty_products():
     _, _, qa, qb = operands(5, 7, 0)
     assert torch.equal(fp8_gemm(qa, qb), torch.zeros(5, 7, device=DEV))

@@ -37,7 +37,7 @@ from typing import Optional
 
 import torch
 
-from .checks import KernelInputError, check_block, check_tensor
+from .checks import KernelInputError, check_block, check_sizes, check_tensor
 from .launch import cdiv, interpreted, launch, next_power_of_2, tl, triton
 from .matmul import matmul, tiled_read_bytes
 from .softmax import softmax
@@ -373,6 +373,12 @@ def naive_attention(
 # --- the bytes each path requests, by formula (tests hold the counters to these) ---------------------
 
 
+def _check_formula_sizes(b: int, h: int, t: int, d: int, itemsize: int, **blocks: int) -> None:
+    """The shape may be empty (0 bytes); a block or an item size of 0 or less has no meaning (and divides by 0)."""
+    check_sizes(0, b=b, h=h, t=t, d=d)
+    check_sizes(itemsize=itemsize, **blocks)
+
+
 def kv_rows_read(t: int, block_m: int, block_n: int, causal: bool) -> int:
     """Rows of K (and of V) one head's query blocks load in all: every key per block, causal: up to the diagonal."""
     total = 0
@@ -391,6 +397,7 @@ def flash_forward_bytes(
     b: int, h: int, t: int, d: int, block_m: int, block_n: int, itemsize: int = 4, causal: bool = False
 ) -> Bytes:
     """Bytes the forward kernel requests: Q once, K and V once per query block; O and the fp32 log-sum-exp out."""
+    _check_formula_sizes(b, h, t, d, itemsize, block_m=block_m, block_n=block_n)
     read = itemsize * d * (t + 2 * kv_rows_read(t, block_m, block_n, causal))
     written = itemsize * t * d + 4 * t
     return Bytes(b * h * read, b * h * written)
@@ -400,6 +407,7 @@ def flash_backward_bytes(
     b: int, h: int, t: int, d: int, block_m: int, block_n: int, itemsize: int = 4, causal: bool = False
 ) -> Bytes:
     """Bytes of the three backward kernels: Delta = rowsum(dO ∘ O), then dK and dV per key block, dQ per query block."""
+    _check_formula_sizes(b, h, t, d, itemsize, block_m=block_m, block_n=block_n)
     row = itemsize * d  # one row of Q, K, V, O, dO or a gradient
     delta = Bytes(2 * row * t, 4 * t)  # O and dO in, Delta out
     dkdv = Bytes(2 * row * t + (2 * row + 8) * q_rows_read(t, block_m, block_n, causal), 2 * row * t)
@@ -410,6 +418,7 @@ def flash_backward_bytes(
 
 def naive_attention_bytes(b: int, h: int, t: int, d: int, itemsize: int = 4, block: int = NAIVE_BLOCK) -> Bytes:
     """Bytes of :func:`naive_attention`: two tiled matmuls, and the (T, T) scores written and read three times."""
+    _check_formula_sizes(b, h, t, d, itemsize, block=block)
     read = (
         tiled_read_bytes(t, t, d, block, block, itemsize)  # S = Q K^T
         + 4 * t * t  # scale and mask read the fp32 scores

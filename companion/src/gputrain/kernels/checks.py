@@ -8,6 +8,7 @@ what was wrong and what to pass instead.
 
 from __future__ import annotations
 
+import numbers
 from typing import Iterable, Optional
 
 import torch
@@ -62,6 +63,26 @@ def check_block(name: str, value: int, *, minimum: int = 1, maximum: int = 1 << 
     if value > maximum:
         raise KernelInputError(f"{name}={value} is above {maximum}; use a smaller block")
     return value
+
+
+def check_tiles(name: str, block: object, names: tuple[str, ...], *, minimum: int = 1, maximum: int = 1 << 16):
+    """``block`` must be a tuple (or list) of one power of two per name in ``names``; returns them as a tuple."""
+    example = ", ".join(str(max(minimum, 32)) for _ in names)
+    if not isinstance(block, (tuple, list)) or len(block) != len(names):
+        got = f"{len(block)} values {tuple(block)}" if isinstance(block, (tuple, list)) else repr(block)
+        raise KernelInputError(
+            f"{name} takes {len(names)} block sizes ({', '.join(names)}), got {got}; pass e.g. {name}=({example})"
+        )
+    return tuple(check_block(n, v, minimum=minimum, maximum=maximum) for n, v in zip(names, block))
+
+
+def check_sizes(minimum: int = 1, **sizes: object) -> None:
+    """Each size (a dimension, a block, an item size, a number of stages) must be an int >= ``minimum``."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise KernelInputError(f"{name} must be an int >= {minimum}, got {value!r}")
+        if value < minimum:
+            raise KernelInputError(f"{name}={value} is below {minimum}; pass {name} >= {minimum}")
 
 
 def check_matmul_shapes(a: torch.Tensor, b: torch.Tensor, *, b_transposed: bool = False) -> tuple[int, int, int]:

@@ -47,7 +47,7 @@ from typing import Optional
 import torch
 
 from ..fp8 import TILE, Quantized, quantize
-from .checks import KernelInputError, check_block, check_matmul_shapes, check_tensor
+from .checks import KernelInputError, check_block, check_matmul_shapes, check_sizes, check_tensor
 from .launch import cdiv, interpreted, launch, tl, triton
 from .matmul import FP8_DTYPES, tiled_read_bytes
 from .traffic import Traffic, count_read, count_write, counter_args
@@ -180,6 +180,7 @@ def fp8_gemm_read_bytes(m: int, n: int, k: int, block_m: int, block_n: int) -> i
 
         K·(M·⌈N/BN⌉ + N·⌈M/BM⌉) + 4·⌈K/128⌉·⌈N/BN⌉·(M + ⌈M/BM⌉)
     """
+    check_sizes(block_m=block_m, block_n=block_n)  # before cdiv divides by them; tiled_read_bytes checks M, N, K
     codes = tiled_read_bytes(m, n, k, block_m, block_n, itemsize=1)
     scales = SCALE_BYTES * cdiv(k, SLICE) * cdiv(n, block_n) * (m + cdiv(m, block_m))
     return codes + scales

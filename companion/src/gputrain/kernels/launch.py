@@ -17,8 +17,11 @@ chapter.  This module
 
 Known faults of the interpreter, avoided by design in every kernel here:
 
-* a ``tl.dot`` of bf16 blocks multiplies their raw bits: kernels upcast
-  operands to fp32 after the load when interpreted (:func:`interpreted`);
+* arithmetic on bf16 blocks works on their raw bits (a ``tl.dot`` multiplies
+  them, a ``+`` adds them): kernels upcast operands to fp32 after the load
+  (the matmuls only when :func:`interpreted`, so that a GPU's tensor cores get bf16);
+* a cast from fp32 to bf16 cuts bits off (rounds toward zero) instead of rounding
+  to nearest: ``add`` stores its fp32 sum there and lets torch round it;
 * fp32 -> FP8 casts inside a kernel round wrongly and never saturate: FP8
   codes are made in torch (``gputrain.fp8.quantize``) and only loaded here;
 * block pointers (``tl.make_block_ptr``) are gone in recent Triton: kernels

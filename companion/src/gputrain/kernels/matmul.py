@@ -27,7 +27,7 @@ from typing import Optional
 
 import torch
 
-from .checks import KernelInputError, check_block, check_matmul_shapes, check_tensor
+from .checks import KernelInputError, check_matmul_shapes, check_sizes, check_tensor, check_tiles
 from .launch import cdiv, interpreted, launch, next_power_of_2, tl, triton
 from .traffic import Traffic, count_read, count_write, counter_args
 
@@ -125,7 +125,7 @@ def matmul(
     way cuBLAS takes ``q @ k.T`` without copying ``k`` (attention's scores).
     """
     m, n, k, scale = _operands(a, b, scale_a, scale_b, b_transposed)
-    bm, bn, bk = (check_block(name, v, minimum=16, maximum=256) for name, v in zip(("BM", "BN", "BK"), block))
+    bm, bn, bk = check_tiles("block", block, ("BM", "BN", "BK"), minimum=16, maximum=256)
     c = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     if 0 in (m, n, k):  # nothing to launch: an empty product, or a sum of no terms
         return c
@@ -171,11 +171,14 @@ def tiled_read_bytes(m: int, n: int, k: int, bm: int, bn: int, itemsize: int = 4
     ragged edges are masked, so in general A is read ``cdiv(N, BN)`` times and B
     ``cdiv(M, BM)`` times.  ``bm = bn = 1`` is the naive kernel.
     """
+    check_sizes(0, m=m, n=n, k=k)  # an empty product reads nothing
+    check_sizes(bm=bm, bn=bn, itemsize=itemsize)
     return itemsize * k * (m * cdiv(n, bn) + n * cdiv(m, bm))
 
 
 def matmul_intensity(m: int, n: int, k: int, bm: int, bn: int, itemsize: int = 4) -> float:
     """FLOPs per byte of A and B requested: ``2MNK / tiled_read_bytes`` (``2 / (itemsize (1/BM + 1/BN))``)."""
+    check_sizes(m=m, n=n, k=k)  # an empty product has no intensity (0 FLOPs over 0 bytes)
     return 2 * m * n * k / tiled_read_bytes(m, n, k, bm, bn, itemsize)
 
 
@@ -185,13 +188,15 @@ def tile_smem_bytes(bm: int, bn: int, bk: int, itemsize: int, stages: int = 1) -
     Pipelined kernels keep several stages in flight so that the next tiles load
     while the current ones multiply; each stage costs the same bytes again.
     """
+    check_sizes(bm=bm, bn=bn, bk=bk, itemsize=itemsize, stages=stages)
     return stages * (bm * bk + bk * bn) * itemsize
 
 
 def largest_square_tile(smem_bytes: int, itemsize: int, bk: int = 64, stages: int = 1) -> int:
     """The largest power-of-two BM = BN whose tiles (with ``stages`` copies) fit ``smem_bytes`` of shared memory."""
-    if smem_bytes < tile_smem_bytes(16, 16, bk, itemsize, stages):
-        raise ValueError(f"{smem_bytes} bytes cannot hold even 16 x 16 tiles with BK={bk} and {stages} stage(s)")
+    check_sizes(0, smem_bytes=smem_bytes)
+    if smem_bytes < tile_smem_bytes(16, 16, bk, itemsize, stages):  # which also checks bk, itemsize and stages
+        raise KernelInputError(f"{smem_bytes} bytes cannot hold even 16 x 16 tiles with BK={bk} and {stages} stage(s)")
     t = 16
     while tile_smem_bytes(2 * t, 2 * t, bk, itemsize, stages) <= smem_bytes:
         t *= 2

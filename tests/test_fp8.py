@@ -324,7 +324,7 @@ def test_the_fp8_speed_probe_can_be_forced(monkeypatch, forced):
     monkeypatch.setenv(fp8.SCALED_MM_ENV, forced)
     speed = fp8.fast_scaled_mm("cpu")
     assert speed.fast == {"tensor": forced == "1", "row": forced == "1"}
-    assert fp8.SCALED_MM_ENV in str(speed) and speed.slowdown == fp8._measured_scaled_mm("cpu").slowdown
+    assert fp8.SCALED_MM_ENV in str(speed) and speed.slowdown == fp8.probe._measured_scaled_mm("cpu").slowdown
     layer = fp8.Float8Linear(64, 32)  # emulate=None: the probe decides
     layer(randn(8, 64, seed=40))
     assert layer.last_path.startswith("torch._scaled_mm" if forced == "1" else "emulated")
@@ -335,7 +335,7 @@ def test_the_fp8_speed_probe_can_be_forced(monkeypatch, forced):
 
 
 def test_the_fp8_speed_probe_measures_both_kernels():
-    speed = fp8._measured_scaled_mm("cpu")
+    speed = fp8.probe._measured_scaled_mm("cpu")
     assert set(speed.fast) == set(speed.slowdown) == {"tensor", "row"}
     for g in ("tensor", "row"):
         assert speed.slowdown[g] > 0 and speed.fast[g] == (speed.slowdown[g] < fp8.SCALED_MM_SLOW_FACTOR)
@@ -346,7 +346,7 @@ def test_a_slow_kernel_is_emulated_with_the_same_numbers(monkeypatch):
     # what a CPU whose tensorwise _scaled_mm crawls gets: the emulation, and the layer says why
     slow = fp8.ScaledMMSpeed({"tensor": False, "row": True}, {"tensor": 2500.0, "row": 1.1}, "measured slow")
     monkeypatch.delenv(fp8.SCALED_MM_ENV, raising=False)
-    monkeypatch.setattr(fp8, "_measured_scaled_mm", lambda dev_type: slow)
+    monkeypatch.setattr(fp8.probe, "_measured_scaled_mm", lambda dev_type: slow)
     torch.manual_seed(41)
     lin = nn.Linear(96, 40)
     x = randn(24, 96, seed=42)

@@ -365,7 +365,8 @@ def test_the_cli_reads_the_same_flags_as_the_imported_code():
         read = static_fields(module, cls)
         assert [(f.name, f.kind, f.default) for f in read] == [(f.name, type(f.default), f.default) for f in real]
     tables = [*cli.CHOICES.values(), ("gputrain.train.config", "PRESETS")]
-    tables += [("gputrain.memory", n) for n in ("RECIPES", "OPTIMIZER_STATES", "ACTIVATION_MODELS")]
+    tables += [("gputrain.memory.recipes", "RECIPES"), ("gputrain.memory.recipes", "OPTIMIZER_STATES")]
+    tables += [("gputrain.memory.activations", "ACTIVATION_MODELS")]
     for module, name in tables:
         assert static_names(module, name) == list(getattr(importlib.import_module(module), name)), name
 

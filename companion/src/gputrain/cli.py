@@ -405,13 +405,13 @@ def _add_memory(sub) -> None:
     p_mem.add_argument(
         "--precision",
         default="bf16-mixed",
-        choices=_names("gputrain.memory", "RECIPES"),
+        choices=_names("gputrain.memory.recipes", "RECIPES"),
         help="precision recipe (default: bf16-mixed)",
     )
     p_mem.add_argument(
         "--optimizer",
         default="adam",
-        choices=_names("gputrain.memory", "OPTIMIZER_STATES"),
+        choices=_names("gputrain.memory.recipes", "OPTIMIZER_STATES"),
         help="whose states to count (default: adam)",
     )
     p_mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
@@ -419,7 +419,7 @@ def _add_memory(sub) -> None:
     p_mem.add_argument("--dp", type=int, default=1, help="data-parallel degree (default: 1)")
     p_mem.add_argument(
         "--activation-model",
-        choices=_names("gputrain.memory", "ACTIVATION_MODELS"),
+        choices=_names("gputrain.memory.activations", "ACTIVATION_MODELS"),
         default="korthikanti",
         help="our GPT's saved tensors or Korthikanti et al.'s formula (default)",
     )

@@ -88,7 +88,11 @@ def test_every_gpu_figure_has_a_source_in_the_bibliography():
 
     keys = bib_keys()
     for name, spec in dv.GPU_SPECS.items():
-        figures = {f.name for f in dataclasses.fields(spec) if f.name not in ("name", "model", "sources", "notes")}
+        figures = {
+            f.name
+            for f in dataclasses.fields(spec)
+            if f.name not in ("name", "model", "sources", "notes", "inferred", "aliases")
+        }
         given = {f for f in figures if getattr(spec, f) not in (None, {})}
         assert given <= set(spec.sources), f"{name}: no source for {sorted(given - set(spec.sources))}"
         assert set(spec.sources) <= given, f"{name}: a source for a missing figure {sorted(set(spec.sources) - given)}"
@@ -102,12 +106,86 @@ def test_peak_table_is_the_gpu_tables_peaks_and_matches_the_datasheets():
     assert dv.PEAK_FLOPS == {name: spec.peaks for name, spec in dv.GPU_SPECS.items()}
     assert dv.peak_flops("fp8", "NVIDIA H800") == pytest.approx(1978.9e12)
     assert dv.peak_flops("fp64", "NVIDIA H800") is None  # reduced for export; no figure is cited
-    assert dv.peak_flops("fp64", "NVIDIA H100 80GB HBM3") == pytest.approx(67e12)  # the FP64 Tensor Core rate
+    assert dv.peak_flops("fp64", "NVIDIA H100 80GB HBM3") == 66.9e12  # the FP64 Tensor Core rate, not 67
     assert dv.PEAK_FLOPS["H200"] == dv.PEAK_FLOPS["H100"]  # the same compute; only the memory differs
     for spec in dv.GPU_SPECS.values():
         p = spec.peaks
         assert p["fp16"] == p["bf16"] == pytest.approx(2 * p["tf32"], rel=0.01) and p["bf16"] > p["fp32"]
         assert "fp8" not in p or p["fp8"] == pytest.approx(2 * p["bf16"], rel=0.01)  # published figures are rounded
+
+
+# What torch.cuda.get_device_name() says on each card, and the card's (key, dense BF16, HBM bandwidth).
+REAL_NAMES = {
+    "NVIDIA H100 80GB HBM3": ("H100", 989.4e12, 3.35e12),
+    "NVIDIA H100 PCIe": ("H100 PCIe", 756e12, 2.0e12),
+    "NVIDIA H100 NVL": ("H100 NVL", 835.5e12, 3.9e12),
+    "NVIDIA H800": ("H800", 989.4e12, 3.35e12),
+    "NVIDIA H200": ("H200", 989.4e12, 4.8e12),
+    "NVIDIA A100-SXM4-80GB": ("A100", 312e12, 2.039e12),
+    "NVIDIA A100-SXM4-40GB": ("A100 40GB", 312e12, 1.555e12),
+    "NVIDIA A100 80GB PCIe": ("A100 PCIe 80GB", 312e12, 1.935e12),
+    "NVIDIA A100-PCIE-40GB": ("A100 PCIe 40GB", 312e12, 1.555e12),
+    "NVIDIA L4": ("L4", 121e12, None),
+}
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_each_device_name_gets_its_own_cards_figures(name):
+    key, bf16, hbm = REAL_NAMES[name]
+    spec = dv.gpu_spec(name)
+    assert spec is not None and spec.name == key, f"{name} -> {spec and spec.name}"
+    assert dv.peak_flops("bf16", name) == bf16 and spec.hbm_bandwidth == hbm
+
+
+def test_h100_pcie_and_nvl_are_not_the_sxm():
+    pcie, nvl = dv.gpu_spec("NVIDIA H100 PCIe"), dv.gpu_spec("NVIDIA H100 NVL")
+    assert pcie.sms == 114 and pcie.hbm_bytes == 80 * dv.GiB
+    assert nvl.hbm_bytes == 94 * dv.GiB and nvl.sms is None  # no source we cite gives the NVL's SMs
+    assert dv.gpu_spec("NVIDIA A100-SXM4-40GB").hbm_bytes == 40 * dv.GiB
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NVIDIA H800 PCIe", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA L40S", "NVIDIA A100-SXM4-40GB MIG 1g.5gb"],
+)
+def test_a_variant_the_table_lacks_is_unknown_and_says_so(name):
+    assert dv.gpu_spec(name) is None and dv.peak_flops("bf16", name) is None  # never a sibling's numbers
+    line = dv.unknown_gpu(name)
+    assert "\n" not in line and repr(name) in line and "unknown" in line
+
+
+def test_unknown_variant_names_the_cards_the_table_knows():
+    assert "(it knows H800)" in dv.unknown_gpu("NVIDIA H800 PCIe")
+    assert "it knows" not in dv.unknown_gpu("NVIDIA GH200 480GB")
+
+
+@pytest.mark.parametrize(("name", "shown"), [("NVIDIA H100 PCIe", "H100 PCIe 80 GB"), ("NVIDIA H800 PCIe", "unknown")])
+def test_info_names_the_table_entry_of_the_gpu_it_runs_on(monkeypatch, name, shown):
+    monkeypatch.setattr(dv, "device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(dv, "device_name", lambda dev=None: name)
+    info = dv.info()
+    assert shown in info["gpu_table"]
+    assert info["peak_bf16_tflops"] == (756.0 if shown != "unknown" else None)
+
+
+def test_figures_no_source_gives_are_the_h100s_and_marked_inferred():
+    h100 = dv.GPU_SPECS["H100"]
+    assert set(dv.GPU_SPECS["H800"].inferred) == {
+        "hbm_bytes",
+        "hbm_bandwidth",
+        "boost_clock_hz",
+        "tensor_clock_hz",
+        "l2_bytes",
+    }
+    assert set(dv.GPU_SPECS["H200"].inferred) == {"sms", "boost_clock_hz", "tensor_clock_hz", "l2_bytes"}
+    for spec in dv.GPU_SPECS.values():
+        assert all(getattr(spec, f) == getattr(h100, f) for f in spec.inferred), spec.name
+    assert not h100.inferred and not dv.GPU_SPECS["H100 PCIe"].inferred
+
+
+def test_hbm_capacity_is_in_binary_gigabytes():
+    assert dv.GPU_SPECS["H100"].hbm_bytes == 5 * 16 * 2**30  # five 16 GiB stacks
+    assert dv.GPU_SPECS["H200"].hbm_bytes == 141 * 2**30
 
 
 def test_gpu_lookup_matches_device_names_and_knows_no_cpu():
@@ -135,7 +213,16 @@ def test_sram_bandwidth_is_about_ten_times_hbm_on_an_h100_and_less_on_an_h200():
     assert h100.shared_to_hbm == h800.shared_to_hbm == pytest.approx(9.99, abs=0.01)
     assert h200.shared_to_hbm == pytest.approx(6.97, abs=0.01)  # same SRAM, faster HBM
     assert a100.shared_to_hbm == pytest.approx(9.56, abs=0.01)
-    assert max(s.shared_to_hbm for s in (h100, h800, h200, a100)) < 10  # never "more than ten times"
+    assert max(s.shared_to_hbm for s in (h100, h800, h200, a100)) < 10  # these four: never "more than ten times"
+
+
+def test_shared_memory_to_hbm_ratio_depends_on_the_card():
+    ratio = {name: spec.shared_to_hbm for name, spec in dv.GPU_SPECS.items()}
+    assert ratio["A100 40GB"] == ratio["A100 PCIe 40GB"] == pytest.approx(12.53, abs=0.01)  # slower HBM: over ten
+    assert ratio["H100 PCIe"] == pytest.approx(12.75)  # 51 TFLOP/s FP32 / 2 FLOPs per lane, over 2.0 TB/s
+    assert round(ratio["H100"], 1) == round(ratio["H800"], 1) == 10.0
+    assert round(ratio["A100"], 1) == 9.6 and round(ratio["H200"], 1) == 7.0
+    assert ratio["H100 NVL"] is None and ratio["L4"] is None  # no SMs or clock cited: unknown, not guessed
 
 
 def test_memory_hierarchy_rows_shrink_in_capacity_and_name_unknown_bandwidths():
@@ -148,8 +235,10 @@ def test_memory_hierarchy_rows_shrink_in_capacity_and_name_unknown_bandwidths():
         assert all(r.sources for r in rows)
     assert dv.memory_hierarchy("H100")[2].bandwidth is None  # Hopper's L2 bandwidth is not published
     assert dv.memory_hierarchy("A100")[2].bandwidth == pytest.approx(5120 * 1.41e9)
-    with pytest.raises(ValueError, match="use one of: H200, H100, H800, A100"):
+    with pytest.raises(ValueError, match="use one of: H200, H100, H100 PCIe, H800, A100"):
         dv.memory_hierarchy("L4")
+    with pytest.raises(ValueError, match="no memory figures for 'NVIDIA H100 NVL'"):
+        dv.memory_hierarchy("NVIDIA H100 NVL")  # no cited source gives the NVL's SMs
 
 
 def test_ridge_points_from_the_table():

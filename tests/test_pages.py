@@ -6,7 +6,8 @@ which builds the site).
 
 - every notebook in ``chapters/`` and ``book/`` stays under 1.5 MB, outputs included;
 - no code cell that a reader sees unfolded (no ``hide-input``, ``hide-cell`` or
-  ``remove-*`` tag) runs over 30 lines;
+  ``remove-*`` tag) runs over 30 lines, and no line of any code cell, folded or
+  not, is wider than the page's code column (88 characters);
 - the words "seed" and "seeds" appear nowhere in the chapters or the book's
   pages, outputs included: the four source articles are cited by their titles;
 - every chapter listed in ``CHAPTERS_WITH_EXERCISES`` ends with an
@@ -35,6 +36,9 @@ NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "book")
 PAGES = sorted((ROOT / "book").glob("*.md"))  # book/tools/ is not a page
 MAX_NOTEBOOK_BYTES = 1_500_000
 MAX_VISIBLE_LINES = 30
+# The code column of a notebook page holds 90 characters: measured in Chromium at a 1400 px window on
+# sphinx-book-theme (a <pre>'s clientWidth over one monospace character's width). Wider lines scroll sideways.
+MAX_CODE_WIDTH = 88
 FOLDED = ("hide-input", "hide-cell")
 # Chapters that have been through the reader's pass; the others join as they get theirs.
 CHAPTERS_WITH_EXERCISES = [
@@ -159,6 +163,21 @@ def test_the_checked_cell_rule_can_fail():
     counts = cell(f"{CHECKED}\nprint(n)", "torch 2.13.0, 16,384 weights, shape (4, 8)\n")
     unchecked = cell("print(err)", "8e-07\n")
     assert unexplained_fractions([exact, counts, unchecked]) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=name)
+def test_no_code_line_is_wider_than_the_code_column(path):
+    wide = [
+        (i, len(line))
+        for i, c in enumerate(cells(path))
+        if c["cell_type"] == "code"
+        for line in source(c).splitlines()
+        if len(line) > MAX_CODE_WIDTH
+    ]
+    assert not wide, (
+        f"{name(path)}: code lines wider than {MAX_CODE_WIDTH} characters (cell, width): {wide[:10]}"
+        f"{' ...' if len(wide) > 10 else ''}; they scroll sideways on the page: wrap them"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=name)

@@ -126,6 +126,7 @@ def event_steps(events) -> tuple[list[int], list[int]]:
     ``events`` is ``(step, event)`` pairs, events as :class:`~gputrain.train.StepGuard` names them
     (an event cell may hold several words: ``spike resumed``).
     """
+    events = list(events)  # read twice below
     return marked_steps(events, "nonfinite", "spike-skipped"), marked_steps(events, "spike", "spike-skipped")
 
 

@@ -275,11 +275,17 @@ def test_the_utf8_count_agrees_across_block_boundaries_and_reads_the_cache_file_
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--params", "inf"], "--params must be a finite number > 0, got inf"),
-        (["--params", "nan"], "--params must be a finite number > 0, got nan"),
-        (["--params", "-1"], "--params must be a finite number > 0"),
+        (["--params", "inf"], "--params must be between 1 and 1e+15, got inf"),
+        (["--params", "nan"], "--params must be between 1 and 1e+15, got nan"),
+        (["--params", "-1"], "--params must be between 1 and 1e+15"),
+        # issue 30: 1e308 printed 'inf GB', 1e300 a 300-digit number, and half a parameter was accepted
+        (["--params", "1e308"], "--params must be between 1 and 1e+15, got 1e+308"),
+        (["--params", "1e300"], "--params must be between 1 and 1e+15, got 1e+300"),
+        (["--params", "0.5"], "--params must be between 1 and 1e+15, got 0.5"),
+        (["--batch-size", str(10**30)], "--batch-size must be between 1 and 1e+07"),
+        (["--seq-len", str(10**30)], "--seq-len must be between 1 and 1e+08"),
         (["--model", "gpt2-small", "--seq-len", "4096"], "--seq-len 4096 exceeds the context of gpt2-small (1024"),
-        (["--model", "gpt2-small", "--batch-size", "0"], "--batch-size must be a finite number > 0"),
+        (["--model", "gpt2-small", "--batch-size", "0"], "--batch-size must be between 1 and 1e+07, got 0"),
     ],
 )
 def test_memory_refuses_sizes_it_cannot_mean(capsys, flags, message):

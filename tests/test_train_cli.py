@@ -185,7 +185,7 @@ def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):
 
     seen = []
 
-    def fake(cfg):  # the command imports train() when it runs: replace it where it comes from
+    def fake(cfg, **kwargs):  # the command imports train() when it runs: replace it where it comes from
         seen.append(cfg.mixed_precision)
         return types.SimpleNamespace(interrupted=None, is_main_process=True)
 

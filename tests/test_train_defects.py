@@ -52,7 +52,7 @@ def test_resuming_with_another_optimizer_is_refused(tmp_path):
 
 
 def test_no_progress_prints_one_summary_line_and_quiet_prints_nothing(tmp_path):
-    """k: --no-progress used to print nothing at all at the end of a run."""
+    """k: --no-progress used to print nothing at all at the end of a run (issue 30: and it keeps the data: line)."""
     out = run_cli(
         "train",
         *TINY,
@@ -65,7 +65,8 @@ def test_no_progress_prints_one_summary_line_and_quiet_prints_nothing(tmp_path):
         str(tmp_path / "ckpt"),
     )
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
+    data, *lines = out.stdout.strip().splitlines()
+    assert data.startswith("data: the first 20,000 bytes of stdlib")
     assert len(lines) == 1 and lines[0].startswith("trained 3 steps")
     assert "tokens/s" in lines[0] and str(tmp_path / "log" / "metrics.csv") in lines[0]
     assert str(tmp_path / "ckpt" / "step_00000003") in lines[0]

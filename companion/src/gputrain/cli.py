@@ -1,4 +1,4 @@
-"""Command line: ``gputrain info | train | sample | eval | memory | bench``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | sample | eval | plot | memory | bench``; also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.  The parser is built without importing torch
@@ -96,6 +96,10 @@ def _add_config_flags(
         if f.kind is bool:
             action = group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in CHOICES:
+            abouts = spec.table_abouts(*CHOICES[f.name])  # each name's own text, so the list cannot go stale
+            if abouts:
+                listed = "; ".join(f"{name}: {about}" for name, about in abouts.items()).replace("%", "%%")
+                help_text = f"{help_text}. {listed}"
             action = group.add_argument(flag, choices=_names(*CHOICES[f.name]), default=None, help=help_text)
         else:
             action = group.add_argument(
@@ -162,8 +166,11 @@ def _cmd_train(args) -> int:
         if "mixed_precision" not in overrides and launcher_precision:
             overrides["mixed_precision"] = launcher_precision  # the launcher's choice, unless the flag says otherwise
         cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
+    if cfg.optimizer == "muon" and "beta1" in overrides:  # Muon's own momentum is not a flag
+        say(f"--beta1 {cfg.beta1}: Muon's momentum stays 0.95; beta1 is the first beta of its AdamW part only")
     try:
-        result = train(cfg)  # with progress on, it prints its own summary line on the main process
+        # with progress on, it prints its own data and summary lines on the main process
+        result = train(cfg, data_notice=None if args.quiet or not _rank_zero() else print)
     except (TrainingDiverged, SaveError) as exc:  # not a usage error: the run itself went wrong
         print(f"gputrain train: stopped: {exc}", file=sys.stderr)
         return 1
@@ -224,8 +231,6 @@ def _cmd_sample(args) -> int:
         print(flush=True)
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, and stopping is not an error
         print(flush=True)
-    except BrokenPipeError:  # `gputrain sample ... | head`: the reader has had enough
-        sys.stdout = open(os.devnull, "w")  # nothing more to flush at exit
     return 0
 
 
@@ -250,12 +255,17 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+# What `gputrain memory` answers for: from one parameter (or one sequence of one token) up to a thousand
+# times today's largest models and batches; past that the bytes overflow a float (inf) or print 300 digits.
+MEMORY_BOUNDS = {"--params": (1, 1e15, "7e9"), "--batch-size": (1, 10**7, "8"), "--seq-len": (1, 10**8, "1024")}
+
+
 def _check_memory_args(args, shapes: dict) -> None:
-    """Sizes ``estimate`` would take but cannot mean: not finite, not positive, or beyond the model's context."""
-    examples = {"--params": "7e9", "--batch-size": "8", "--seq-len": "1024"}
+    """Sizes ``estimate`` would take but cannot mean: outside :data:`MEMORY_BOUNDS`, or beyond the model's context."""
     for flag, value in (("--params", args.params), ("--batch-size", args.batch_size), ("--seq-len", args.seq_len)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{flag} must be a finite number > 0, got {value}; e.g. {flag} {examples[flag]}")
+        low, high, example = MEMORY_BOUNDS[flag]
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{flag} must be between {low:g} and {high:g}, got {value:g}; e.g. {flag} {example}")
     if args.model and args.seq_len is not None and args.seq_len > shapes[args.model].block_size:
         context = shapes[args.model].block_size
         raise ValueError(
@@ -301,6 +311,13 @@ def _cmd_memory(args) -> int:
                 f"generating {args.batch_size} x {generation['tokens']:,} tokens, KV cache "
                 f"(2 x layers x tokens x width x {value:g} bytes): {generation['kv_cache'] / 1e9:,.3f} GB"
             )
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from .train.runlog import plot_log
+
+    print(f"wrote {plot_log(args.log_dir, args.out)}")
     return 0
 
 
@@ -375,8 +392,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_sample(sub)
     _add_eval(sub)
+    _add_plot(sub)
     _add_bench(sub)
     return parser
+
+
+def _add_plot(sub) -> None:
+    p_plot = sub.add_parser(
+        "plot",
+        help="draw a run's metrics.csv: loss, validation, learning rate, gradient norm",
+        description="Draw the curves of a run's metrics.csv against the step: training and validation loss, "
+        "learning rate and gradient norm, with the steps where the run was resumed or interrupted and its "
+        "spikes and skipped updates marked.",
+    )
+    p_plot.add_argument("log_dir", metavar="LOG_DIR", help="the run's --log-dir (or its metrics.csv)")
+    p_plot.add_argument(
+        "--out", default=None, metavar="FILE.png", help="image to write; its suffix picks the format "
+        "(default: metrics.png beside metrics.csv)",
+    )  # fmt: skip
+    p_plot.set_defaults(func=_cmd_plot)
 
 
 def _add_info(sub) -> None:
@@ -444,7 +478,8 @@ def _add_train(sub) -> None:
         choices=_names("gputrain.train.config", "PRESETS"),
         default="tiny",
         action=_Given,
-        help="starting configuration; the flags below override its fields (not used with --resume-from)",
+        help="starting configuration (default: %(default)s, whose fields are the defaults shown below); "
+        "the flags below override its fields (not used with --resume-from)",
     )
     p_train.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
     p_train.set_defaults(preset_given=False)
@@ -537,10 +572,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_attach_negative_numbers(sys.argv[1:] if argv is None else argv))
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that has gone is found here, not at exit
+        return code
     except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
         print(f"gputrain {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `gputrain memory ... | head -1`: the reader has had enough, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        return 0
 
 
 if __name__ == "__main__":

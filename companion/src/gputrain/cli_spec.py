@@ -110,6 +110,39 @@ def static_names(module: str, table: str) -> list[str]:
     return _keys(_top_level(_source(module)[0], table))
 
 
+def table_abouts(module: str, table: str) -> dict[str, str]:
+    """What each name of ``module.table`` means, where the table says (``{}`` for a bare list of names).
+
+    A table's value is its text, or a row whose last text argument (or ``about=``) is; e.g. ``OPTIMIZERS``.
+    """
+    try:
+        return static_abouts(module, table)
+    except NotLiteral:
+        rows = getattr(importlib.import_module(module), table)
+        if not isinstance(rows, dict):
+            return {}
+        return {k: v if isinstance(v, str) else getattr(v, "about", "") for k, v in rows.items()}
+
+
+def static_abouts(module: str, table: str) -> dict[str, str]:
+    """:func:`table_abouts` from the source alone; ``NotLiteral`` where it would have to import."""
+    node = _top_level(_source(module)[0], table)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return {}
+    if not isinstance(node, ast.Dict):
+        raise NotLiteral(ast.dump(node))
+    out = {}
+    for key, value in zip(node.keys, node.values):
+        if isinstance(value, ast.Call):
+            texts = [k.value for k in value.keywords if k.arg == "about"] or value.args[-1:]
+            value = texts[0] if texts else value
+        text = _constant(value)
+        if not isinstance(text, str):
+            raise NotLiteral(ast.dump(value))
+        out[_constant(key)] = text
+    return out
+
+
 def config_fields(module: str, cls: str) -> list[Field]:
     """The fields of the dataclass ``module.cls`` with their types, defaults, help and sections."""
     try:

@@ -91,6 +91,8 @@ class TextSource:
     identity: dict = field(default_factory=dict)  # what the cache file's name is derived from (with the cap)
     fingerprint: Optional[str] = None  # rows only: a content hash the dataset library keeps (None: never reuse)
     capped: bool = False  # set by blocks(): reading stopped before the end of the input
+    crlf: int = 0  # set by blocks(): CRLF line endings read as one \n (a byte fewer each)
+    lone_cr: int = 0  # set by blocks(): lone CR line endings read as \n (old Mac files)
 
     def input_bytes(self) -> Optional[int]:
         """Bytes of the input files on disk (None for a dataset)."""
@@ -99,6 +101,7 @@ class TextSource:
     def blocks(self, digest=None, opened: Optional[list] = None) -> Iterator[bytes]:
         """The text in blocks of UTF-8 bytes; ``digest`` sees every raw byte read, ``opened`` gets each file's stat."""
         self.capped, left = False, self.max_bytes
+        self.crlf = self.lone_cr = 0
         if self.rows is not None:
             for i, row in enumerate(self.rows()):
                 data, left, cut = _capped((("\n" if i else "") + str(row)).encode("utf-8"), left)
@@ -114,11 +117,15 @@ class TextSource:
                 opened.append([str(Path(path).resolve()), st.st_size, st.st_mtime_ns])
             # what open(path, encoding="utf-8", errors="replace") does, block by block
             decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(errors="replace"), True)
+            last = b""  # the byte before this block: a CRLF may straddle two blocks
             with open(path, "rb") as f:
                 while True:
                     raw = f.read(BLOCK_BYTES)
                     if digest is not None:
                         digest.update(raw)
+                    crlf = (last + raw).count(b"\r\n")
+                    self.crlf, self.lone_cr = self.crlf + crlf, self.lone_cr + raw.count(b"\r") - crlf
+                    last = raw[-1:]
                     data, left, cut = _capped(decoder.decode(raw, final=not raw).encode("utf-8"), left)
                     if data:
                         yield data

@@ -82,7 +82,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """A single file replaced all-or-nothing: temporary name, fsync, rename."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -246,8 +246,12 @@ class Checkpoint:
     meta: dict
 
 
-def read_checkpoint(path) -> Checkpoint:
-    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only; chapter 6)."""
+def read_checkpoint(path, flag: str = "--resume-from") -> Checkpoint:
+    """Read and verify a checkpoint (sha256 of every file, then safetensors and JSON only; chapter 6).
+
+    ``flag`` is how the caller's command takes a checkpoint: a corrupt one's error names the earlier
+    checkpoint with it (``--resume-from`` for ``train``, ``--checkpoint`` for ``sample`` and ``eval``).
+    """
     path = find_checkpoint(path)
     try:
         manifest = json.loads((path / "manifest.json").read_text())
@@ -275,18 +279,19 @@ def read_checkpoint(path) -> Checkpoint:
             meta=json.loads(trainer_meta["gputrain"]),
         )
     except Exception as exc:  # noqa: BLE001 -- any failure to read means the same thing to the user
-        raise corrupt(path, first_line(exc)) from None
+        raise corrupt(path, first_line(exc), flag) from None
 
 
-def corrupt(path: Path, reason: str) -> CheckpointError:
-    """The error for a checkpoint that fails verification: it names the checkpoint to resume from instead."""
+def corrupt(path: Path, reason: str, flag: str = "--resume-from") -> CheckpointError:
+    """The error for a checkpoint that fails verification: it names the checkpoint to use instead, as ``flag``."""
     step = checkpoint_step(path) if _STEP_DIR.match(path.name) else -1
     earlier = [p for p in list_checkpoints(path.parent) if checkpoint_step(p) < step]
-    hint = (
-        f"resume from the one before it with --resume-from {earlier[-1]} (the run saves over the corrupt one)"
-        if earlier
-        else "no earlier checkpoint is left: start a fresh run in an empty checkpoint_dir"
-    )
+    if flag != "--resume-from":  # sample, eval: they only read it
+        hint = f"use the one before it: {flag} {earlier[-1]}" if earlier else "no earlier checkpoint is left to use"
+    elif earlier:
+        hint = f"resume from the one before it with --resume-from {earlier[-1]} (the run saves over the corrupt one)"
+    else:
+        hint = "no earlier checkpoint is left: start a fresh run in an empty checkpoint_dir"
     return CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete ({reason}); {hint}")
 
 
@@ -336,7 +341,7 @@ def save_best_weights(directory, state: tuple[dict[str, torch.Tensor], dict[str,
     """Write early stopping's best weights (from :func:`weights_of`) to ``directory/best.safetensors``, atomically."""
     path = best_weights_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, st_save(state[0], metadata={"aliases": json.dumps(state[1])}))
+    write_atomic(path, st_save(state[0], metadata={"aliases": json.dumps(state[1])}))
     return path
 
 

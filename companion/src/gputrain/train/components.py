@@ -91,7 +91,8 @@ OPTIMIZERS: dict[str, OptimizerChoice] = {
     "muon": OptimizerChoice(
         lambda g, c: scratch.Muon(g, lr=c.lr, betas=(c.beta1, c.beta2), adjust_lr="match_rms_adamw", ns_dtype=None),
         "Muon (chapter 5, gputrain.optim.Muon): orthogonalised momentum for matrices, AdamW for the rest; "
-        "AdamW-sized steps, so AdamW's lr is a start",
+        "AdamW-sized steps, so AdamW's lr is a start; its momentum is Muon's own 0.95, and beta1 and beta2 "
+        "are the betas of its AdamW part",
     ),
     "scratch-adamw": OptimizerChoice(
         lambda g, c: scratch.AdamW(g, lr=c.lr, betas=(c.beta1, c.beta2)),

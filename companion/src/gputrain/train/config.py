@@ -68,11 +68,11 @@ class TrainConfig:
     grad_accum_steps: int = 1  # micro-batches summed into one optimizer step
     max_steps: int = 200  # optimizer steps to run; a resume may raise it and keeps its schedule (schedule_steps)
     # optimisation
-    optimizer: str = "adamw"  # adamw, adam, sgd, momentum, lion or a scratch- twin (chapter 5)
+    optimizer: str = "adamw"  # the optimizer (chapter 5)
     lr: float = 3e-3  # peak learning rate
-    beta1: float = 0.9  # first-moment decay (Adam, Lion), or the momentum coefficient
+    beta1: float = 0.9  # first-moment decay (Adam, Lion), or the momentum coefficient (not Muon's: 0.95)
     beta2: float = 0.95  # second-moment decay (Adam), Lion's slow average, RMSprop's alpha
-    schedule: str = "cosine"  # cosine, constant, linear, wsd or cosine-restarts, each after warmup
+    schedule: str = "cosine"  # the learning-rate schedule, each after warmup_steps
     warmup_steps: int = 20  # linear warmup steps before the schedule
     min_lr_ratio: float = 0.1  # the schedule decays to lr * min_lr_ratio
     decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
@@ -81,7 +81,7 @@ class TrainConfig:
     weight_decay: float = 0.1  # weight decay on matrices (not biases, norms); decoupled in adamw and lion
     grad_clip: float = 1.0  # max global gradient norm (0 disables clipping)
     # precision, speed and memory
-    mixed_precision: str = "no"  # no, bf16, fp16 (CUDA) or fp8 (Hopper + torchao/TE), via Accelerate
+    mixed_precision: str = "no"  # the mixed precision, via Accelerate
     compile: bool = False  # torch.compile the model (Accelerate's dynamo backend 'inductor')
     tf32: bool = True  # on NVIDIA GPUs, run float32 matmuls on TF32 tensor cores (no effect on a CPU)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (chapter 7)

@@ -23,7 +23,7 @@ from .inputs import load_text
 
 def load_model(checkpoint) -> tuple[GPT, Checkpoint]:
     """The GPT a checkpoint (or the newest one in a checkpoint_dir) holds, in eval mode, on the CPU."""
-    ckpt = read_checkpoint(checkpoint)
+    ckpt = read_checkpoint(checkpoint, flag="--checkpoint")  # the flag of sample and eval
     if not ckpt.model_config:
         raise CheckpointError(
             f"checkpoint {str(ckpt.path)!r} holds a custom model, not a gputrain GPT; "

@@ -93,7 +93,7 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
     source, corpus = load_tokens(cfg)
     if not len(corpus.tokens):
         raise ValueError(f"the corpus from data={cfg.data!r} is empty; point --data at files with text in them")
-    check_text(corpus, cfg)
+    invalid = check_text(corpus, cfg)
     train_tokens, val_tokens = split_tokens(corpus.tokens, cfg.val_fraction)  # views: no copy of the corpus
     need = cfg.window + 1
     for name, part, fraction in (("training", train_tokens, "smaller"), ("validation", val_tokens, "larger")):
@@ -106,7 +106,7 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
     train_set = TokenDataset(train_tokens, cfg.window, file)
     val_set = TokenDataset(val_tokens, cfg.window, file, first=len(train_tokens))
     if say:
-        say(data_line(cfg, source, corpus, train_set, val_set))
+        say(data_line(cfg, source, corpus, train_set, val_set, invalid))
     return train_set, val_set
 
 
@@ -116,13 +116,28 @@ def _short(path: Path) -> str:
     return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
 
 
-def data_line(cfg: TrainConfig, source: TextSource, corpus: TokenFile, train_set, val_set) -> str:
-    """One line: how much of the data a run reads, its tokens, and what it trains and validates on."""
+def data_line(cfg: TrainConfig, source: TextSource, corpus: TokenFile, train_set, val_set, invalid: int = 0) -> str:
+    """One line: how much of the data a run reads, its tokens, and what it trains and validates on.
+
+    ``invalid`` counts the U+FFFD characters in the text (:func:`check_text`): where reading files changed
+    their bytes (invalid UTF-8 replaced, CRLF folded), the line gives the size on disk and each change.
+    """
+    on_disk = source.input_bytes()
     if corpus.capped:
-        on_disk = source.input_bytes()
         why = "capped by corpus_bytes" if cfg.corpus_bytes else "the stdlib default; a larger corpus_bytes reads more"
         read = f"the first {corpus.n_bytes:,} bytes of {source.label} ("
         read += f"{on_disk:,} on disk; {why})" if on_disk is not None else f"{why})"
+    elif on_disk is not None and on_disk != corpus.n_bytes:
+        changes = [
+            f"{n:,} {what}"
+            for n, what in (
+                (source.crlf, "CRLF line endings read as LF"),
+                (source.lone_cr, "CR line endings read as LF"),
+                (invalid, "invalid UTF-8 sequences read as the 3-byte U+FFFD"),
+            )
+            if n
+        ]
+        read = f"all {on_disk:,} bytes of {source.label} as {corpus.n_bytes:,} bytes of text ({', '.join(changes)})"
     else:
         read = f"all {corpus.n_bytes:,} bytes of {source.label}"
     kept = "in memory" if corpus.path is None else f"cache {corpus.status}: {_short(corpus.path)}"
@@ -163,7 +178,13 @@ def token_bytes(corpus: TokenFile, chunk: int = 1 << 20) -> Iterator[bytes]:
 
 
 def invalid_utf8_share(blocks: Iterable[bytes]) -> float:
-    """Share of a byte corpus (its consecutive ``blocks``) that was not valid UTF-8, counted as U+FFFD sequences.
+    """Share of a byte corpus (its consecutive ``blocks``) that was not valid UTF-8, counted as U+FFFD sequences."""
+    bad, n = invalid_utf8_count(blocks)
+    return bad / max(1, n - 2 * bad)
+
+
+def invalid_utf8_count(blocks: Iterable[bytes]) -> tuple[int, int]:
+    """``(U+FFFD sequences, bytes)`` of a byte corpus given as its consecutive ``blocks``.
 
     The readers replace each invalid byte with U+FFFD (three bytes), so the
     count of replacements is the count of invalid bytes.  ``bytes.count``
@@ -176,14 +197,18 @@ def invalid_utf8_share(blocks: Iterable[bytes]) -> float:
         # in two bytes, so each is counted once, in the block where it ends
         bad += (tail + block).count(REPLACEMENT)
         n, tail = n + len(block), (tail + block)[-2:]
-    return bad / max(1, n - 2 * bad)
+    return bad, n
 
 
-def check_text(corpus: TokenFile, cfg: TrainConfig) -> None:
-    """Refuse a corpus that is not UTF-8 text (a binary file); warn when a noticeable share of its bytes is not."""
-    share = invalid_utf8_share(token_bytes(corpus))
+def check_text(corpus: TokenFile, cfg: TrainConfig) -> int:
+    """Refuse a corpus that is not UTF-8 text (a binary file); warn when a noticeable share of its bytes is not.
+
+    Returns the number of U+FFFD characters the text holds (each an invalid sequence replaced).
+    """
+    bad, n = invalid_utf8_count(token_bytes(corpus))
+    share = bad / max(1, n - 2 * bad)
     if not share:
-        return
+        return 0
     if share > MAX_INVALID_UTF8:
         worst = _least_text(cfg)
         raise ValueError(
@@ -197,6 +222,7 @@ def check_text(corpus: TokenFile, cfg: TrainConfig) -> None:
             file=sys.stderr,
             flush=True,
         )
+    return bad
 
 
 def _least_text(cfg: TrainConfig) -> str:

@@ -320,22 +320,26 @@ def train(
     train_data: Optional[Dataset] = None,
     val_data: Optional[Dataset] = None,
     batch_hook: Optional[Callable[[int, Batch], Batch]] = None,
+    data_notice: Optional[Callable[[str], None]] = None,
 ) -> TrainResult:
     """Train a GPT on ``cfg.data`` (or ``model`` on ``train_data``) and return its history and the model.
 
     ``model(x, y)`` must return ``(output, mean loss)`` (wrap a plain model in
     :class:`~gputrain.train.WithLoss`).  ``batch_hook(step, (x, y))`` may
     replace each micro-batch: chapter 6 corrupts one with it and augments
-    images on the fly.  Every bad input (config, data, checkpoint, a directory
-    that cannot be written or that another run holds) raises before anything
-    is written.  Ctrl-C or SIGTERM ends the run after the current step with a
-    checkpoint (``result.interrupted`` names the signal); a second one stops
-    it at once.  Chapter 6 explains every line.
+    images on the fly.  The ``data:`` line (how much of ``cfg.data`` the run
+    reads) is printed with ``cfg.progress``; without it, it goes to
+    ``data_notice`` if given (``gputrain train --no-progress`` prints it).
+    Every bad input (config, data, checkpoint, a directory that cannot be
+    written or that another run holds) raises before anything is written.
+    Ctrl-C or SIGTERM ends the run after the current step with a checkpoint
+    (``result.interrupted`` names the signal); a second one stops it at once.
+    Chapter 6 explains every line.
     """
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
     keep_freed_memory()  # each step reuses the last step's buffers instead of faulting fresh pages in
     with matmuls:
-        run = _Run.start(cfg, model, train_data, val_data, batch_hook)
+        run = _Run.start(cfg, model, train_data, val_data, batch_hook, data_notice)
         try:
             with StopSignals() as signals:  # Ctrl-C / SIGTERM: finish the step, save, stop
                 run.loop(signals)
@@ -348,7 +352,7 @@ class _Run:
     """One run's objects, made in order by :meth:`start`; each method below is one phase of :func:`train`."""
 
     @classmethod
-    def start(cls, cfg: TrainConfig, model, train_data, val_data, batch_hook) -> "_Run":
+    def start(cls, cfg: TrainConfig, model, train_data, val_data, batch_hook, data_notice=None) -> "_Run":
         """Check everything that can be wrong, then build the run; nothing is written before this returns."""
         check_hardware(cfg)
         if (model is None) != (train_data is None) or (train_data is None) != (val_data is None):
@@ -358,7 +362,8 @@ class _Run:
         model_config = None
         if train_data is None:
             with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
-                train_data, val_data = build_data(cfg, say=accelerator.print if cfg.progress else None)
+                say = accelerator.print if cfg.progress else data_notice if accelerator.is_main_process else None
+                train_data, val_data = build_data(cfg, say=say)
             model = GPT(cfg.model_config())
             model_config = asdict(model.cfg)
         need = cfg.batch_size * accelerator.num_processes
@@ -474,7 +479,7 @@ class _Run:
         """Steps until ``max_steps``, early stopping or a signal (after its step), then the final checkpoint."""
         cfg = self.cfg
         while self.progress.step < cfg.max_steps and not self.nothing_to_do:
-            step = self.one_step()
+            step = self.one_step(signals)  # it learns (on every rank alike) whether a signal stops the run
             if cfg.checkpoint_dir and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
                 self.last_ckpt = self.checkpoint()
             if self.stopped_early:
@@ -483,15 +488,18 @@ class _Run:
                     f"evaluations; restoring the weights of step {self.progress.best_step}"
                 )
                 break
-            self.interrupted = signals.agreed(self.accelerator) if signals else None  # the same on every rank
             if self.interrupted:
                 break
         self.seconds = max(time.perf_counter() - self.t0, 1e-9)
         if cfg.checkpoint_dir and (self.last_ckpt is None or checkpoint_step(self.last_ckpt) != self.progress.step):
             self.last_ckpt = self.checkpoint()
 
-    def one_step(self) -> int:
-        """One optimizer step with its bookkeeping: history, guard events, validation, log, progress bar."""
+    def one_step(self, signals: Optional[StopSignals] = None) -> int:
+        """One optimizer step with its bookkeeping: history, guard events, validation, log, progress bar.
+
+        Its log row's event names the guard's event and what happened to the run at that step: ``resumed``
+        (the first step after a resume) and ``interrupted`` (a signal stops the run after it), for ``gputrain plot``.
+        """
         cfg, p, t_step = self.cfg, self.progress, time.perf_counter()
         micro = []
         for _ in range(cfg.grad_accum_steps):
@@ -511,9 +519,15 @@ class _Run:
         p.grad_norms.append(stats.grad_norm if math.isfinite(stats.grad_norm) else math.nan)
         event = self.guard.event
         if event:
-            p.events[str(step)] = event
             self.say(f"step {step}: {event} (loss {stats.loss:.4g}, grad norm {stats.grad_norm:.4g})")
         val = self.validate(step)
+        self.interrupted = signals.agreed(self.accelerator) if signals else None  # the same on every rank
+        resumed = self.resumed_step and step == self.resumed_step + 1
+        event = " ".join(
+            e for e in (event, "resumed" if resumed else "", "interrupted" if self.interrupted else "") if e
+        )
+        if event:
+            p.events[str(step)] = event
         self.log.row(
             step=step,
             epoch=round(step / self.steps_per_epoch, 4),
@@ -632,7 +646,7 @@ def summary_line(result: TrainResult) -> str:
     val = f", validation {result.val_losses[-1][1]:.3f}" if result.val_losses else ""
     where = "".join(
         [
-            f"; log {result.log_path}" if result.log_path else "",
+            f"; log {result.log_path} (draw it: gputrain plot {result.log_path.parent})" if result.log_path else "",
             f"; checkpoint {result.checkpoint}" if result.checkpoint else "",
         ]
     )

@@ -95,8 +95,14 @@ class RunLock:
             except FileExistsError:
                 self._take_over_if_stale(name, path)
                 continue
-            with os.fdopen(fd, "wb") as f:
-                f.write(record)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(record)
+            except OSError as exc:  # a full disk: no half-written lock is left to block the next run
+                path.unlink(missing_ok=True)
+                raise ValueError(
+                    f"{name}={str(directory)!r}: could not write {LOCK_NAME} ({exc.strerror or exc}); free space there"
+                ) from None
             self.paths.append(path)
             return
         raise ValueError(f"{name}={str(directory)!r}: could not take {str(path)!r}; another run is starting there")

@@ -138,9 +138,37 @@ def test_a_larger_max_steps_keeps_the_schedule(run, capsys):
 def test_the_library_refuses_a_stretched_schedule_unless_told(run):
     cfg = dict(stored_config(run / "c"), resume_from=str(run / "c"), checkpoint_dir=str(run / "c"), log_dir="")
     cfg["progress"] = False
-    with pytest.raises(C.CheckpointError, match="max_steps=14 would stretch .* pass --schedule-steps 10 to keep it"):
+    with pytest.raises(
+        C.CheckpointError,
+        match="max_steps=14 would stretch .* pass schedule_steps=10 to keep it .* allow_config_change=True to",
+    ):
         T.train(T.TrainConfig(**{**cfg, "max_steps": 14}))
     assert T.train(T.TrainConfig(**{**cfg, "max_steps": 14, "schedule_steps": STEPS})).steps == 14
+
+
+def test_a_constant_schedule_resumes_longer_from_python_and_errors_name_fields(tmp_path):
+    """Issue 30: a constant schedule was refused as 'stretched', with advice in flags a Python caller has none of."""
+    fields = dict(FIELDS, eval_interval=0, schedule="constant", checkpoint_dir=str(tmp_path / "c"), progress=False)
+    assert T.train(T.TrainConfig(**fields, max_steps=3)).steps == 3
+    resumed = T.train(T.TrainConfig(**fields, max_steps=5, resume_from=str(tmp_path / "c")))
+    assert resumed.steps == 5 and resumed.lrs[3:] == [3e-3] * 2  # the default lr: the same flat rate
+    again = dict(fields, resume_from=str(tmp_path / "c"), max_steps=7)
+    with pytest.raises(C.CheckpointError, match=r"resuming with lr=0\.001 would change .* allow_config_change=True$"):
+        T.train(T.TrainConfig(**again, lr=1e-3))
+
+
+def test_resuming_a_copy_never_writes_into_the_original_runs_log(run, capsys):
+    """Issue 30: a copy's checkpoint_dir followed the copy, its log_dir did not: it rewrote the original's log."""
+    shutil.copytree(run / "c", run / "copy")
+    before = snapshot(run)
+    code = call(["train", "--resume-from", run / "copy", "--max-steps", 12])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "resuming this copy would rewrite that run's log; pass --log-dir DIR" in err
+    assert snapshot(run) == before
+    assert call(["train", "--resume-from", run / "copy", "--max-steps", 12, "--log-dir", run / "l2", "--quiet"]) == 0
+    assert snapshot(run / "l") == {p: b for p, b in before.items() if p.is_relative_to(run / "l")}
+    assert len(rows(run / "l2" / "metrics.csv")) == 13 and C.read_checkpoint(run / "copy").step == 12
 
 
 def test_resuming_a_finished_run_is_a_one_line_no_op(run, capsys):

@@ -116,7 +116,11 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(run_dir, case, 
 def test_cli_resumes_a_run(run_dir, tmp_path):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(run_dir / "ckpt", ckpt)
-    assert main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt)]) == 0
+    log = ["--log-dir", str(tmp_path / "log")]  # a copy's own log: run_dir's log belongs to run_dir
+    assert (
+        main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt), *log])
+        == 0
+    )
     assert [p.name for p in C.list_checkpoints(ckpt)] == ["step_00000004", "step_00000006"]
 
 

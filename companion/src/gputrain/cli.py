@@ -263,9 +263,16 @@ def _cmd_eval(args) -> int:
         print(
             f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
             f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']}; "
-            f"{r['batches']})"
+            f"{r['batches']}{_more_windows(r)})"
         )
     return 0
+
+
+def _more_windows(r: dict) -> str:
+    """How to score every window that was read, when the evaluation stopped short of them."""
+    if r["windows"] == r["windows_in_text"]:
+        return ""
+    return f"; --max-batches {-(-r['windows_in_text'] // r['batch_size'])} scores them all"
 
 
 def _check_memory_args(args, shapes: dict) -> None:

@@ -276,13 +276,15 @@ def _same_processes(cfg: TrainConfig, ckpt: Checkpoint, world_size: int) -> list
     batch += f"{saved * windows:,} to {world_size * windows:,} windows per step, and the epochs with it"
     if not cfg.allow_config_change:
         launch = (
-            "in one process" if saved == 1 else f"with {saved} processes (accelerate launch --num_processes {saved})"
+            "in one process"
+            if saved == 1
+            else f"with {saved} processes (accelerate launch --multi_gpu --num_processes {saved} -m gputrain train ...)"
         )
         raise CheckpointError(
             f"checkpoint {str(ckpt.path)!r} was trained by {saved} process{'es' if saved > 1 else ''}, this run has "
             f"{world_size}: {batch}; resume it {launch}, or {ALLOW} to continue with {world_size}"
         )
-    return [f"processes: {saved} -> {world_size} ({batch}; the data position is carried over in windows)"]
+    return [f"processes: {saved} -> {world_size} ({batch}; the position in the epoch is carried over)"]
 
 
 def _same_text(cfg: TrainConfig, ckpt: Checkpoint, data: Optional[str]) -> list[str]:

@@ -223,8 +223,10 @@ def test_a_resume_on_changed_text_is_refused_unless_told(run, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.strip().splitlines()[-1].startswith("gputrain train: error: the text of data='text.txt'")
     assert "is not the text checkpoint" in err and "--allow-config-change" in err and snapshot(run) == before
-    assert call(["train", "--resume-from", run / "c", "--max-steps", 12, "--allow-config-change"]) == 0
-    assert "continuing on the new text (allowed by --allow-config-change)" in capsys.readouterr().out
+    assert call(["train", "--resume-from", run / "c", "--max-steps", 12, "--allow-config-change", "--no-progress"]) == 0
+    err = capsys.readouterr().err  # said without a progress bar too
+    assert "gputrain: data: the text of data='text.txt' is not the text" in err
+    assert "continuing on the new text (allowed by --allow-config-change)" in err
 
 
 def test_resuming_a_finished_run_is_a_one_line_no_op(run, capsys):

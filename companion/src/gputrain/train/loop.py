@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -430,7 +431,7 @@ class _Run:
                 apply_activation_checkpointing(model)
             run = cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done)
             for note in notes:
-                run.say(note)
+                run.tell(note)
             return run
         except BaseException:
             dirs.abandon()  # the locks and the directories the probe made: nothing written
@@ -523,6 +524,13 @@ class _Run:
     def say(self, message: str) -> None:
         if self.cfg.progress:
             (self.bar.write if self.show else self.accelerator.print)(message)
+
+    def tell(self, message: str) -> None:
+        """A line every run says (a change that makes it differ from an uninterrupted one): stderr without progress."""
+        if self.cfg.progress:
+            self.say(message)
+        elif self.accelerator.is_main_process:
+            print(f"gputrain: {message}", file=sys.stderr, flush=True)
 
     def loop(self, signals: Optional[StopSignals] = None) -> None:
         """Steps until ``max_steps``, early stopping or a signal (after its step), then the final checkpoint."""

@@ -46,7 +46,8 @@ def test_eval_on_the_validation_split_matches_the_loss_definitions(trained):
     r = evaluate_text(ckpt, max_batches=4, batch_size=8)
     assert r["perplexity"] == pytest.approx(math.exp(r["loss"]))
     assert r["bits_per_byte"] == pytest.approx(r["loss"] / math.log(2))
-    assert r["held_out"] == "the run's validation split" and r["tokens"] == 4 * 8 * 32
+    assert r["held_out"] == f"the first 32 of {r['windows_in_text']} windows of the run's validation split"
+    assert r["tokens"] == 4 * 8 * 32
     assert r["loss"] < math.log(256)  # better than guessing among 256 bytes
     assert evaluate_text(result.model, max_batches=4, batch_size=8)["tokens"] == 4 * 8 * 32
 
@@ -74,7 +75,26 @@ def test_cli_sample_and_eval(trained, tmp_path):
     text.write_text("def f(x):\n    return x + 1\n" * 60)
     out = run_cli("eval", "--checkpoint", str(ckpt), "--data", str(text))
     assert out.returncode == 0, out.stderr
-    assert "perplexity" in out.stdout and "bits/byte" in out.stdout and "all of it" in out.stdout
+    assert "perplexity" in out.stdout and "bits/byte" in out.stdout and "windows of all 1,620 bytes of it" in out.stdout
+
+
+def test_eval_on_a_file_says_exactly_what_it_scored(trained, tmp_path):
+    """Issue 30: it printed 'all of it' after scoring eval_batches x batch_size windows of at most 400,000 bytes."""
+    _, ckpt = trained
+    text = tmp_path / "big.txt"
+    text.write_text("def f(x):\n    return x + 1\n" * 20_000)  # 540,000 bytes
+    r = evaluate_text(ckpt, str(text), max_batches=2, batch_size=4)
+    assert (r["windows"], r["tokens"], r["bytes_read"], r["bytes_on_disk"]) == (8, 8 * 32, 400_000, 540_000)
+    assert r["held_out"] == (
+        f"the first 8 of {r['windows_in_text']:,} windows of the first 400,000 bytes of its 540,000 bytes on disk "
+        "(capped by corpus_bytes)"
+    )
+    out = run_cli("eval", "--checkpoint", str(ckpt), "--data", str(text), "--max-batches", "2", "--batch-size", "4")
+    assert out.returncode == 0 and r["held_out"] in out.stdout, out.stderr
+    assert f"--max-batches {-(-r['windows_in_text'] // 4)} scores them all" in out.stdout
+    whole = evaluate_text(ckpt, str(text), corpus_bytes=0, max_batches=10_000, batch_size=512)
+    assert whole["windows"] == whole["windows_in_text"] == (540_000 - 1) // 32
+    assert whole["held_out"] == f"all {whole['windows']:,} windows of all 540,000 bytes of it"
 
 
 def test_cli_num_samples_and_prompt_file(trained, tmp_path):

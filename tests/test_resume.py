@@ -6,6 +6,8 @@ schedule, a finished run crashed, and a signal killed the run without a save.
 """
 
 import csv
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -18,6 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import SMALL_GPT, as_at_a_terminal, cli_flags, snapshot
+from safetensors import safe_open
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from gputrain import train as T
 from gputrain.cli import main
@@ -138,9 +143,90 @@ def test_a_larger_max_steps_keeps_the_schedule(run, capsys):
 def test_the_library_refuses_a_stretched_schedule_unless_told(run):
     cfg = dict(stored_config(run / "c"), resume_from=str(run / "c"), checkpoint_dir=str(run / "c"), log_dir="")
     cfg["progress"] = False
-    with pytest.raises(C.CheckpointError, match="max_steps=14 would stretch .* pass --schedule-steps 10 to keep it"):
+    with pytest.raises(
+        C.CheckpointError,
+        match="max_steps=14 would stretch .* pass schedule_steps=10 to keep it .* allow_config_change=True to",
+    ):
         T.train(T.TrainConfig(**{**cfg, "max_steps": 14}))
     assert T.train(T.TrainConfig(**{**cfg, "max_steps": 14, "schedule_steps": STEPS})).steps == 14
+
+
+def test_a_constant_schedule_resumes_longer_from_python_and_errors_name_fields(tmp_path):
+    """Issue 30: a constant schedule was refused as 'stretched', with advice in flags a Python caller has none of."""
+    fields = dict(FIELDS, eval_interval=0, schedule="constant", checkpoint_dir=str(tmp_path / "c"), progress=False)
+    assert T.train(T.TrainConfig(**fields, max_steps=3)).steps == 3
+    resumed = T.train(T.TrainConfig(**fields, max_steps=5, resume_from=str(tmp_path / "c")))
+    assert resumed.steps == 5 and resumed.lrs[3:] == [3e-3] * 2  # the default lr: the same flat rate
+    again = dict(fields, resume_from=str(tmp_path / "c"), max_steps=7)
+    with pytest.raises(C.CheckpointError, match=r"resuming with lr=0\.001 would change .* allow_config_change=True$"):
+        T.train(T.TrainConfig(**again, lr=1e-3))
+
+
+def test_resuming_a_copy_never_writes_into_the_original_runs_log(run, capsys):
+    """Issue 30: a copy's checkpoint_dir followed the copy, its log_dir did not: it rewrote the original's log."""
+    shutil.copytree(run / "c", run / "copy")
+    before = snapshot(run)
+    code = call(["train", "--resume-from", run / "copy", "--max-steps", 12])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "resuming this copy would rewrite that run's log; pass --log-dir DIR" in err
+    assert snapshot(run) == before
+    assert call(["train", "--resume-from", run / "copy", "--max-steps", 12, "--log-dir", run / "l2", "--quiet"]) == 0
+    assert snapshot(run / "l") == {p: b for p, b in before.items() if p.is_relative_to(run / "l")}
+    assert len(rows(run / "l2" / "metrics.csv")) == 13 and C.read_checkpoint(run / "copy").step == 12
+
+
+def rewrite_run(checkpoint, **changes):
+    """Make a checkpoint say other things about its run (None: drop the key), still passing verification."""
+    path = C.find_checkpoint(checkpoint)
+    blob = (path / "trainer.safetensors").read_bytes()
+    with safe_open(path / "trainer.safetensors", framework="pt") as f:
+        meta = json.loads(f.metadata()["gputrain"])
+    for key, value in changes.items():
+        meta["run"].pop(key) if value is None else meta["run"].__setitem__(key, value)
+    data = st_save(st_load(blob), metadata={"gputrain": json.dumps(meta)})
+    (path / "trainer.safetensors").write_bytes(data)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["sha256"]["trainer.safetensors"] = hashlib.sha256(data).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_of_two_processes_does_not_resume_in_one_unless_told(run, capsys):
+    """Issue 30: it resumed silently, the global batch halved and the data position was read in the wrong units."""
+    assert C.read_checkpoint(run / "c").meta["run"]["world_size"] == 1
+    rewrite_run(run / "c", world_size=2)
+    batch = C.read_checkpoint(run / "c").meta["progress"]["batch"]
+    before = snapshot(run)
+    code = call(["train", "--resume-from", run / "c", "--max-steps", 12])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "was trained by 2 processes, this run has 1: the global batch would change from 16 to 8 windows" in err
+    assert "--allow-config-change" in err and snapshot(run) == before
+    assert call(["train", "--resume-from", run / "c", "--max-steps", 12, "--allow-config-change"]) == 0
+    assert "processes: 2 -> 1 (the global batch changes from 16 to 8 windows per step" in capsys.readouterr().out
+    after = C.read_checkpoint(run / "c").meta
+    assert after["run"]["world_size"] == 1 and after["progress"]["batch"] == 2 * batch + 2  # the same windows done
+
+
+def test_a_checkpoint_older_than_world_size_and_data_hash_still_resumes(run):
+    rewrite_run(run / "c", world_size=None, data_sha256=None)
+    assert call(["train", "--resume-from", run / "c", "--max-steps", 12, "--quiet"]) == 0
+    assert C.read_checkpoint(run / "c").meta["run"]["world_size"] == 1
+
+
+def test_a_resume_on_changed_text_is_refused_unless_told(run, capsys):
+    """Issue 30: a data file whose content changed was used, with only 'cache rebuilt' to say so."""
+    text = (run / "text.txt").read_text()
+    (run / "text.txt").write_text(text.replace("double", "triple"))
+    before = snapshot(run)
+    code = call(["train", "--resume-from", run / "c", "--max-steps", 12])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines()[-1].startswith("gputrain train: error: the text of data='text.txt'")
+    assert "is not the text checkpoint" in err and "--allow-config-change" in err and snapshot(run) == before
+    assert call(["train", "--resume-from", run / "c", "--max-steps", 12, "--allow-config-change", "--no-progress"]) == 0
+    err = capsys.readouterr().err  # said without a progress bar too
+    assert "gputrain: data: the text of data='text.txt' is not the text" in err
+    assert "continuing on the new text (allowed by --allow-config-change)" in err
 
 
 def test_resuming_a_finished_run_is_a_one_line_no_op(run, capsys):

@@ -199,7 +199,8 @@ def test_the_corrupt_checkpoint_hint_is_followed_successfully(run, capsys):
     """It used to say 'resume from an earlier checkpoint', and doing so was refused (a newer one existed)."""
     model = run / "c" / "step_00000006" / "model.safetensors"
     model.write_bytes(model.read_bytes()[:100])
-    assert call("train", "--resume-from", run / "c", "--max-steps", 8) == 2
+    # the run is a copy: --log-dir keeps it from writing into the log of the run it was copied from
+    assert call("train", "--resume-from", run / "c", "--max-steps", 8, "--log-dir", run / "l") == 2
     err = one_line(capsys.readouterr().err)
     hint = re.search(r"resume from the one before it with (--resume-from \S+)", err)
     assert hint and hint.group(1) == f"--resume-from {run / 'c' / 'step_00000003'}", err

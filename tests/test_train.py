@@ -68,7 +68,8 @@ def test_unknown_preset_names_the_choices():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"lr": float("nan")}, "lr must be a positive"),
+        ({"lr": float("nan")}, "lr must be a finite number"),
+        ({"lr": 0.0}, "lr must be a positive"),
         ({"n_layer": 2.5}, "n_layer must be a int"),
         ({"compile": 1}, "compile must be a bool"),
         ({"grad_accum_steps": 0}, "grad_accum_steps must be >= 1"),

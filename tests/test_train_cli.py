@@ -116,7 +116,11 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(run_dir, case, 
 def test_cli_resumes_a_run(run_dir, tmp_path):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(run_dir / "ckpt", ckpt)
-    assert main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt)]) == 0
+    log = ["--log-dir", str(tmp_path / "log")]  # a copy's own log: run_dir's log belongs to run_dir
+    assert (
+        main(["train", *FLAGS, "--max-steps", "6", "--resume-from", str(ckpt), "--checkpoint-dir", str(ckpt), *log])
+        == 0
+    )
     assert [p.name for p in C.list_checkpoints(ckpt)] == ["step_00000004", "step_00000006"]
 
 
@@ -149,6 +153,8 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
             *flags,
             "--log-dir",
             str(tmp_path),
+            "--checkpoint-dir",
+            str(tmp_path / "c"),
         ],
         capture_output=True,
         text=True,
@@ -174,6 +180,12 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
     assert two["loss"] == pytest.approx(one.losses, rel=1e-4)
     assert [v for v in two["val_loss"] if v == v] == pytest.approx([v for _, v in one.val_losses], rel=1e-4)
     assert two["loss"][-1] < two["loss"][0] - 0.5  # and it did learn
+    # issue 30: its checkpoint resumed in one process silently, on half the global batch
+    assert C.read_checkpoint(tmp_path / "c").meta["run"]["world_size"] == 2
+    resume = ["train", "--resume-from", str(tmp_path / "c"), "--max-steps", "12", "--log-dir", str(tmp_path / "1")]
+    assert main(resume) == 2
+    assert main([*resume, "--allow-config-change", "--quiet"]) == 0
+    assert C.read_checkpoint(tmp_path / "c").meta["progress"]["batch"] == 2 * 10 + 2  # 20 batches of 4 were done
 
 
 def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):

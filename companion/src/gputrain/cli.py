@@ -39,6 +39,14 @@ class _Given(argparse.Action):
         namespace.preset_given = True
 
 
+def _finite_float(text: str) -> float:
+    """argparse's ``type`` for every float flag: ``nan`` and ``inf`` parse as floats but mean nothing here."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
     """``--lr -3e-4`` -> ``--lr=-3e-4``: argparse would read ``-3e-4`` as a flag."""
     out: list[str] = []
@@ -102,9 +110,8 @@ def _add_config_flags(
                 help_text = f"{help_text}. {listed}"
             action = group.add_argument(flag, choices=_names(*CHOICES[f.name]), default=None, help=help_text)
         else:
-            action = group.add_argument(
-                flag, type=f.kind, default=None, metavar=f.kind.__name__.upper(), help=help_text
-            )
+            kind = _finite_float if f.kind is float else f.kind
+            action = group.add_argument(flag, type=kind, default=None, metavar=f.kind.__name__.upper(), help=help_text)
         if defaults:
             action.preset_default = _LazyText(defaults, f.name)
 
@@ -138,13 +145,27 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _check_train_flags(args, overrides: dict) -> None:
+    """TrainConfig's number rules on the flags, before torch loads, so that a bad value is answered at once.
+
+    The tiny preset is TrainConfig's defaults, read from the source; the other presets and a resume
+    fill in their values later, and TrainConfig checks the whole again then.
+    """
+    from .bounds import check_fields, check_together
+
+    check_fields(overrides)
+    if args.preset == "tiny" and not overrides.get("resume_from"):
+        check_together({**{f.name: f.default for f in spec.config_fields(*TRAIN_CONFIG)}, **overrides})
+
+
 def _cmd_train(args) -> int:
+    overrides = _given(args, TRAIN_CONFIG)
+    _check_train_flags(args, overrides)
     from .train import TrainingDiverged, preset_config, summary_line, train
     from .train.checkpoint import SaveError, list_checkpoints
     from .train.loop import interrupt_line
     from .train.resume import finished, resume_config
 
-    overrides = _given(args, TRAIN_CONFIG)
     say = print if _rank_zero() and not args.quiet else (lambda *a, **k: None)
     if args.quiet and "progress" not in overrides:
         overrides["progress"] = False
@@ -250,9 +271,16 @@ def _cmd_eval(args) -> int:
         print(
             f"loss {r['loss']:.4f} nats/byte   perplexity {r['perplexity']:.3f}   "
             f"bits/byte {r['bits_per_byte']:.4f}   ({r['tokens']:,} tokens of {r['data']}: {r['held_out']}; "
-            f"{r['batches']})"
+            f"{r['batches']}{_more_windows(r)})"
         )
     return 0
+
+
+def _more_windows(r: dict) -> str:
+    """How to score every window that was read, when the evaluation stopped short of them."""
+    if r["windows"] == r["windows_in_text"]:
+        return ""
+    return f"; --max-batches {-(-r['windows_in_text'] // r['batch_size'])} scores them all"
 
 
 # What `gputrain memory` answers for: from one parameter (or one sequence of one token) up to a thousand
@@ -501,7 +529,7 @@ def _add_sample(sub) -> None:
         "--tokens", type=int, default=200, help="bytes to generate per sample, printed as they come (default: 200)"
     )
     p_sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default: 1)")
-    p_sample.add_argument("--temperature", type=float, default=0.8, help="logit divisor (default: 0.8)")
+    p_sample.add_argument("--temperature", type=_finite_float, default=0.8, help="logit divisor (default: 0.8)")
     p_sample.add_argument("--top-k", type=int, default=40, help="keep the k likeliest bytes, 0 for all (default: 40)")
     p_sample.add_argument("--seed", type=int, default=1, help="sampling seed (default: 1)")
     p_sample.set_defaults(func=_cmd_sample)

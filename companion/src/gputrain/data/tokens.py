@@ -154,6 +154,7 @@ class TokenFile:
     capped: bool  # the byte cap stopped reading before the end of the input
     path: Optional[Path]  # the cache file (None: kept in memory only)
     status: str  # 'reused', 'built', 'rebuilt (why)' or 'in memory'
+    sha256: Optional[str] = None  # SHA-256 of the token ids: a checkpoint records it, a resume compares it
 
 
 class CorruptCache(ValueError):
@@ -285,7 +286,7 @@ def tokenize_source(
     run = _Tokenized(source, tokenizer, dtype)
     arrays = list(run)
     tokens = torch.from_numpy(np.concatenate(arrays)) if arrays else torch.empty(0, dtype=dtype)
-    return TokenFile(tokens, run.n_bytes, source.capped, None, "in memory")
+    return TokenFile(tokens, run.n_bytes, source.capped, None, "in memory", run.token_digest.hexdigest())
 
 
 def _reuse(path: Path, source: TextSource, tok_id: str, dtype: torch.dtype, notice) -> tuple[Optional[TokenFile], str]:
@@ -318,7 +319,8 @@ def _matching(path: Path, meta: dict, source: TextSource, tok_id: str, dtype: to
         return changed
     if _data_sha256(path, meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize) != meta["tokens_sha256"]:
         raise CorruptCache("its tokens fail their checksum")
-    return TokenFile(map_tokens(path, dtype, meta["n_tokens"]), meta["n_bytes"], meta["capped"], path, "reused"), ""
+    tokens = map_tokens(path, dtype, meta["n_tokens"])
+    return TokenFile(tokens, meta["n_bytes"], meta["capped"], path, "reused", meta["tokens_sha256"]), ""
 
 
 def _build_file(path: Path, fd: int, tmp: str, run: _Tokenized, tok_id: str, status: str) -> TokenFile:
@@ -344,4 +346,5 @@ def _build_file(path: Path, fd: int, tmp: str, run: _Tokenized, tok_id: str, sta
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return TokenFile(map_tokens(path, run.dtype, run.n_tokens), run.n_bytes, run.source.capped, path, status)
+    tokens = map_tokens(path, run.dtype, run.n_tokens)
+    return TokenFile(tokens, run.n_bytes, run.source.capped, path, status, run.token_digest.hexdigest())

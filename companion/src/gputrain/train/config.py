@@ -12,12 +12,12 @@ above each group of fields is that group's heading in ``gputrain train --help``.
 from __future__ import annotations
 
 import glob
-import math
 from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
+from ..bounds import check_fields, check_together
 from ..model import GPTConfig
 from ..moe import BALANCES, ROUTERS
 from .components import MIXED_PRECISION, OPTIMIZERS, SCHEDULES, choice_error
@@ -123,65 +123,9 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
 
     def _check_numbers(self) -> None:
-        positive = (
-            "vocab_size",
-            "block_size",
-            "n_layer",
-            "n_head",
-            "n_embd",
-            "batch_size",
-            "grad_accum_steps",
-            "max_steps",
-            "eval_batches",
-            "max_bad_steps",
-            "keep_checkpoints",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in (
-            "seq_len",
-            "corpus_bytes",
-            "warmup_steps",
-            "weight_decay",
-            "grad_clip",
-            "eval_interval",
-            "patience",
-            "spike_window",
-            "checkpoint_interval",
-            "seed",
-            "restart_steps",
-            "schedule_steps",
-            "n_experts",
-            "n_shared_experts",
-            "expert_hidden",
-            "capacity_factor",
-            "aux_loss_weight",
-            "bias_gamma",
-            "moe_first_dense",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.vocab_size < 256:
-            raise ValueError(f"vocab_size={self.vocab_size} is too small for bytes; use at least 256")
-        if self.seq_len > self.block_size:
-            raise ValueError(
-                f"seq_len={self.seq_len} exceeds the model's context block_size={self.block_size}; "
-                "lower --seq-len or raise --block-size"
-            )
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.warmup_steps > self.schedule_length:
-            spans = f"schedule_steps={self.schedule_steps}" if self.schedule_steps else f"max_steps={self.max_steps}"
-            raise ValueError(f"warmup_steps={self.warmup_steps} exceeds {spans}; shorten the warmup")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if not self.spike_threshold > 0:
-            raise ValueError(f"spike_threshold must be > 0, got {self.spike_threshold}")
-        if self.spike_window == 1:
-            raise ValueError("spike_window must be 0 (off) or >= 2 losses")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        check_fields(values)  # the same rules gputrain train applies to its flags before torch loads
+        check_together(values)
 
     def _check_choices(self) -> None:
         for name, table in (
@@ -193,13 +137,6 @@ class TrainConfig:
         ):
             if getattr(self, name) not in table:
                 raise choice_error(name, getattr(self, name), table)
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(
-                    f"{name} must be in [0, 1), got {getattr(self, name)}; common choices are 0.9 to 0.999"
-                )
-        if not 0.0 < self.decay_fraction <= 1.0:
-            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.patience and not self.eval_interval:
             raise ValueError("patience needs validation passes; set eval_interval > 0")
         if self.checkpoint_interval and not self.checkpoint_dir:

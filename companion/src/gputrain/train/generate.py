@@ -18,7 +18,7 @@ from ..data import ByteTokenizer, TokenDataset, split_tokens
 from ..model import GPT, GPTConfig
 from .checkpoint import Checkpoint, CheckpointError, check_compatible, load_weights, read_checkpoint
 from .config import TrainConfig
-from .inputs import load_text
+from .inputs import text_source
 
 
 def load_model(checkpoint) -> tuple[GPT, Checkpoint]:
@@ -120,12 +120,16 @@ def evaluate_text(
     Without ``data`` the text is the run's own validation split: the trailing
     ``val_fraction`` of the corpus it trained on, as the checkpoint recorded
     it.  With ``data`` (``'stdlib'``, files, or ``'hf:...'``, as for
-    training) every window of that text counts.  By default the windows,
+    training) the windows come from the start of that text, of which at most
+    ``corpus_bytes`` are read (0: all).  By default the windows,
     batches and their number are those of the run's validation pass
     (``seq_len``, ``batch_size``, ``eval_batches``), so on its own split the
     result is the validation loss the run logged for these weights;
     ``max_batches`` and ``batch_size`` change that, and ``"batches"`` in the
-    result says which it was.
+    result says which it was.  ``"held_out"`` says exactly what was scored:
+    how many of the text's windows, and how many bytes of the input were read
+    (``"windows"``, ``"windows_in_text"``, ``"bytes_read"`` and
+    ``"bytes_on_disk"`` hold the numbers).
     """
     if (max_batches is not None and max_batches < 1) or (batch_size is not None and batch_size < 1):
         raise ValueError("max_batches and batch_size must be >= 1")
@@ -143,19 +147,20 @@ def evaluate_text(
     batch_size = run["batch_size"] if batch_size is None else batch_size
     source = data or run_cfg.get("data", "stdlib")
     nbytes = run_cfg.get("corpus_bytes", corpus_bytes) if data is None else corpus_bytes
-    text = load_text(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
+    reader = text_source(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
+    text = b"".join(reader.blocks()).decode("utf-8")
     tokens = ByteTokenizer.encode_tensor(text)  # (N,)
-    held_out = "all of it"
+    read = len(tokens)  # bytes of text read (after decoding)
     if data is None:
         tokens = split_tokens(tokens, run["val_fraction"])[1]
-        held_out = "the run's validation split"
     if len(tokens) < window + 1:
         raise ValueError(
             f"{len(tokens)} tokens of held-out text cannot fill one window of {window}; pass more text with --data"
         )
     windows = TokenDataset(tokens, window)
+    scored = min(len(windows), max_batches * batch_size)
     total, count, batches = 0.0, 0, 0
-    for start in range(0, min(len(windows), max_batches * batch_size), batch_size):
+    for start in range(0, scored, batch_size):
         x, y = map(torch.stack, zip(*(windows[i] for i in range(start, min(start + batch_size, len(windows))))))
         _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
         total, count, batches = total + loss.item() * y.numel(), count + y.numel(), batches + 1
@@ -166,9 +171,25 @@ def evaluate_text(
         "bits_per_byte": loss / math.log(2),
         "tokens": count,
         "data": source,
-        "held_out": held_out,
+        "held_out": _scored(scored, len(windows), data is None, read, reader.capped, reader.input_bytes()),
         "batches": f"{batches} batches of {batch_size} windows of {window} tokens{_which(as_in_training, data)}",
+        "windows": scored,  # windows scored, from the start of the text
+        "batch_size": batch_size,  # windows per batch
+        "windows_in_text": len(windows),  # windows the text read holds
+        "bytes_read": read,  # bytes of text read (the cap, corpus_bytes, may stop short of the input)
+        "bytes_on_disk": reader.input_bytes(),  # of the input files (None for a dataset)
     }
+
+
+def _scored(scored: int, available: int, own_split: bool, read: int, capped: bool, on_disk: Optional[int]) -> str:
+    """What an evaluation scored, exactly: how many of the text's windows, and how much of the input was read."""
+    windows = f"all {available:,} windows" if scored == available else f"the first {scored:,} of {available:,} windows"
+    if own_split:
+        return f"{windows} of the run's validation split"
+    if not capped:
+        return f"{windows} of all {read:,} bytes of it"
+    of = f" of its {on_disk:,} bytes on disk" if on_disk is not None else ""
+    return f"{windows} of the first {read:,} bytes{of} (capped by corpus_bytes)"
 
 
 def _which(as_in_training: bool, data: Optional[str]) -> str:

@@ -105,6 +105,7 @@ def build_data(cfg: TrainConfig, say: Optional[Callable[[str], None]] = None) ->
     file = corpus.path  # windows are read from it with pread (None: tokens in memory only)
     train_set = TokenDataset(train_tokens, cfg.window, file)
     val_set = TokenDataset(val_tokens, cfg.window, file, first=len(train_tokens))
+    train_set.corpus_sha256 = val_set.corpus_sha256 = corpus.sha256  # a checkpoint records which text it was
     if say:
         say(data_line(cfg, source, corpus, train_set, val_set, invalid))
     return train_set, val_set

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -225,10 +226,15 @@ def check_fresh(cfg: TrainConfig) -> None:
         )
 
 
-def read_resume(cfg: TrainConfig, model: nn.Module, model_config: Optional[dict]) -> Checkpoint:
+def read_resume(
+    cfg: TrainConfig, model: nn.Module, model_config: Optional[dict], world_size: int = 1, data: Optional[str] = None
+) -> tuple[Checkpoint, list[str]]:
     """Read and verify the checkpoint to resume from, and check that ``cfg`` may continue it (chapter 6).
 
-    Called before anything is written: every problem is one clear error.
+    ``world_size``: this run's processes; ``data``: the SHA-256 of its corpus's
+    tokens (None for data the caller passed in).  Called before anything is
+    written: every problem is one clear error.  Returns the checkpoint and one
+    line for each change ``allow_config_change`` let through.
     """
     ckpt = read_checkpoint(cfg.resume_from)
     check_compatible(ckpt, model, model_config)
@@ -252,7 +258,46 @@ def read_resume(cfg: TrainConfig, model: nn.Module, model_config: Optional[dict]
     best_path = best_weights_path(ckpt.path.parent)
     if cfg.patience and ckpt.meta["progress"]["best_step"] and not best_path.exists():
         raise CheckpointError(f"{str(best_path)!r} is missing; early stopping cannot restore the best weights")
-    return ckpt
+    return ckpt, _same_processes(cfg, ckpt, world_size) + _same_text(cfg, ckpt, data)
+
+
+ALLOW = "pass --allow-config-change (from Python: allow_config_change=True)"
+
+
+def _same_processes(cfg: TrainConfig, ckpt: Checkpoint, world_size: int) -> list[str]:
+    """A checkpoint continues with the processes that wrote it: their number sets the global batch and the epochs.
+
+    Checkpoints written before the number was stored (no ``world_size``) are not checked.
+    """
+    saved = ckpt.meta.get("run", {}).get("world_size")
+    if saved is None or saved == world_size:
+        return []
+    windows = cfg.batch_size * cfg.grad_accum_steps
+    batch = f"the global batch {'would change' if not cfg.allow_config_change else 'changes'} from "
+    batch += f"{saved * windows:,} to {world_size * windows:,} windows per step, and the epochs with it"
+    if not cfg.allow_config_change:
+        launch = (
+            "in one process"
+            if saved == 1
+            else f"with {saved} processes (accelerate launch --multi_gpu --num_processes {saved} -m gputrain train ...)"
+        )
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} was trained by {saved} process{'es' if saved > 1 else ''}, this run has "
+            f"{world_size}: {batch}; resume it {launch}, or {ALLOW} to continue with {world_size}"
+        )
+    return [f"processes: {saved} -> {world_size} ({batch}; the position in the epoch is carried over)"]
+
+
+def _same_text(cfg: TrainConfig, ckpt: Checkpoint, data: Optional[str]) -> list[str]:
+    """A resume trains on the text the checkpoint was trained on: the same tokens, by their SHA-256."""
+    saved = ckpt.meta.get("run", {}).get("data_sha256")
+    if saved is None or data is None or saved == data:
+        return []
+    what = f"the text of data={cfg.data!r} is not the text checkpoint {str(ckpt.path)!r} was trained on"
+    hashes = f"SHA-256 of its tokens {saved[:12]} then, {data[:12]} now"
+    if not cfg.allow_config_change:
+        raise CheckpointError(f"{what} ({hashes}); restore that text, or {ALLOW} to continue on the new text")
+    return [f"data: {what} ({hashes}); continuing on the new text (allowed by --allow-config-change)"]
 
 
 def _readable(path: Path) -> bool:
@@ -374,7 +419,10 @@ class _Run:
                 + (f"use more text, a smaller val_fraction (now {cfg.val_fraction}) or " if model_config else "use ")
                 + "a smaller batch_size"
             )
-        ckpt = read_resume(cfg, model, model_config) if cfg.resume_from else None
+        ckpt, notes = None, []
+        if cfg.resume_from:
+            text = getattr(train_data, "corpus_sha256", None)  # None: data the caller passed in
+            ckpt, notes = read_resume(cfg, model, model_config, accelerator.num_processes, text)
         done = finished(cfg, ckpt.step, ckpt.meta["progress"]) if ckpt else None
         dirs = RunDirectories({"checkpoint_dir": cfg.checkpoint_dir, "log_dir": cfg.log_dir})
         if not done:  # a finished run writes nothing and needs no lock
@@ -386,7 +434,10 @@ class _Run:
                 from ..memory import apply_activation_checkpointing  # chapter 7's tools: loaded only when used
 
                 apply_activation_checkpointing(model)
-            return cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done)
+            run = cls(cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done)
+            for note in notes:
+                run.tell(note)
+            return run
         except BaseException:
             dirs.abandon()  # the locks and the directories the probe made: nothing written
             raise
@@ -394,6 +445,7 @@ class _Run:
     def __init__(self, cfg, accelerator, model, model_config, train_data, val_data, ckpt, batch_hook, dirs, done):
         self.cfg, self.accelerator, self.model_config, self.batch_hook = cfg, accelerator, model_config, batch_hook
         self.dirs, self.nothing_to_do = dirs, done
+        self.data_sha256 = getattr(train_data, "corpus_sha256", None)
         optimizer = make_optimizer(model, cfg)
         # The schedule counts optimizer steps.  It is not passed to prepare():
         # Accelerate would step it once per process per step.
@@ -403,6 +455,9 @@ class _Run:
             load_weights(model, ckpt.weights, ckpt.aliases)
             fresh = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
             self.progress = Progress.from_dict(load_trainer_state(ckpt, optimizer, self.scheduler))
+            saved = ckpt.meta.get("run", {}).get("world_size") or accelerator.num_processes
+            # batches done in the epoch, counted in this run's processes: each process takes every n-th batch
+            self.progress.batch = self.progress.batch * saved // accelerator.num_processes
             if cfg.allow_config_change:  # this config's hyperparameters, not the checkpoint's
                 _reapply(optimizer, self.scheduler, fresh)
         self.best = BestWeights(cfg, self.progress, ckpt)
@@ -474,6 +529,13 @@ class _Run:
     def say(self, message: str) -> None:
         if self.cfg.progress:
             (self.bar.write if self.show else self.accelerator.print)(message)
+
+    def tell(self, message: str) -> None:
+        """A line every run says (a change that makes it differ from an uninterrupted one): stderr without progress."""
+        if self.cfg.progress:
+            self.say(message)
+        elif self.accelerator.is_main_process:
+            print(f"gputrain: {message}", file=sys.stderr, flush=True)
 
     def loop(self, signals: Optional[StopSignals] = None) -> None:
         """Steps until ``max_steps``, early stopping or a signal (after its step), then the final checkpoint."""
@@ -587,7 +649,13 @@ class _Run:
                     p.to_dict(),
                     self.model_config,
                     keep=self.cfg.keep_checkpoints,
-                    run={"optimizer": self.cfg.optimizer, "schedule": self.cfg.schedule, "config": asdict(self.cfg)},
+                    run={
+                        "optimizer": self.cfg.optimizer,
+                        "schedule": self.cfg.schedule,
+                        "config": asdict(self.cfg),
+                        "world_size": self.accelerator.num_processes,  # the global batch is batch_size x this
+                        "data_sha256": self.data_sha256,  # the corpus's tokens: a resume must train on the same
+                    },
                 )
             except SaveError as exc:  # a full disk: no partial checkpoint left, the previous one intact
                 error = exc

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 from ..results import first_line
 from .checkpoint import CHECKPOINT_FORMAT, CheckpointError, corrupt, find_checkpoint
+from .components import lr_lambda
 from .config import TrainConfig
 
 # Fields a resume may change freely: how the run is watched, saved and computed, never what it computes.
@@ -78,11 +80,30 @@ def stored_run(path) -> tuple[Path, int, dict, dict]:
     return path, int(manifest["step"]), meta.get("run", {}).get("config") or {}, meta.get("progress", {})
 
 
-def check_resume(cfg: TrainConfig, saved: dict, where: Path) -> list[str]:
+def ask(name: str, value, flags: bool) -> str:
+    """How the caller sets a field: a flag for the command line (``--schedule-steps 5``), else ``schedule_steps=5``."""
+    if not flags:
+        return f"{name}={value!r}"
+    return flag(name) if value is True else f"{flag(name)} {value}"
+
+
+def _stretches(cfg: TrainConfig, length: int) -> bool:
+    """Whether ``cfg``'s schedule gives another rate at some step up to ``max_steps`` than over ``length`` steps.
+
+    Compared rate by rate: a constant schedule (after its warmup) has the same
+    rates at every length, a cosine or a linear decay does not.
+    """
+    kept = SimpleNamespace(**{**asdict(cfg), "schedule_length": length})  # what lr_lambda reads, at the old length
+    now, before = lr_lambda(cfg), lr_lambda(kept)
+    return any(now(k) != before(k) for k in range(cfg.max_steps))
+
+
+def check_resume(cfg: TrainConfig, saved: dict, where: Path, *, flags: bool = False) -> list[str]:
     """Refuse what a resume of ``saved`` into ``cfg`` may not change; one line for each change it may.
 
     Shape fields are left to :func:`~gputrain.train.checkpoint.check_compatible`,
-    which compares the weights themselves.
+    which compares the weights themselves.  ``flags``: the caller is the
+    command line, so the errors name flags; else they name ``TrainConfig`` fields.
     """
     if not saved:
         return []  # a checkpoint written without its config: only the shape and the optimizer can be checked
@@ -98,25 +119,27 @@ def check_resume(cfg: TrainConfig, saved: dict, where: Path) -> list[str]:
         old, new = changed[name]
         raise CheckpointError(
             f"checkpoint {str(where)!r} was trained with {name}={old!r}, this run asks for {new!r} "
-            f"(its state cannot carry over); resume with {flag(name)} {old}"
+            f"(its state cannot carry over); resume with {ask(name, old, flags)}"
         )
     safe = set(SAFE)
     length = saved.get("schedule_steps") or saved["max_steps"]  # the schedule the checkpoint followed
-    if cfg.schedule_length == length:
-        safe.add("schedule_steps")  # pinned to the length it had: the same schedule
+    allow = ask("allow_config_change", True, flags)
+    if cfg.schedule_length == length or not _stretches(cfg, length):
+        safe.add("schedule_steps")  # the rates the checkpoint's schedule gives: the same schedule
     elif "schedule_steps" not in changed and not cfg.allow_config_change:
         raise CheckpointError(
             f"max_steps={cfg.max_steps} would stretch the learning-rate schedule the checkpoint followed over "
-            f"{length} steps; pass --schedule-steps {length} to keep it (the extra steps run at its final rate), "
-            "or --allow-config-change to stretch it"
+            f"{length} steps; pass {ask('schedule_steps', length, flags)} to keep it (the extra steps run at its "
+            f"final rate), or {allow} to stretch it"
         )
     meaning = [name for name in changed if name not in safe]
     if meaning and not cfg.allow_config_change:
-        given = ", ".join(f"{flag(n)} {changed[n][1]}" for n in meaning)
+        given = ", ".join(ask(n, changed[n][1], flags) for n in meaning)
         was = ", ".join(f"{n}={changed[n][0]!r}" for n in meaning)
+        keep = "leave it out to keep the checkpoint's" if flags else "pass the checkpoint's values"
         raise CheckpointError(
             f"resuming with {given} would change what the run computes (the checkpoint trained with {was}); "
-            "leave it out to keep the checkpoint's, or pass --allow-config-change"
+            f"{keep}, or pass {allow}"
         )
     return [_note(name, *changed[name], name in safe) for name in changed]
 
@@ -158,6 +181,7 @@ def resume_config(overrides: dict) -> tuple[TrainConfig, list[str], int, dict]:
             f"checkpoint {str(path)!r} has settings this gputrain does not know ({', '.join(unknown)}); "
             "resume with the gputrain that wrote it"
         )
+    _refuse_another_runs_log(path, saved, overrides)
     base = {k: v for k, v in saved.items() if k not in PER_INVOCATION}
     base.setdefault("schedule_steps", 0)
     if "checkpoint_dir" not in overrides:
@@ -166,7 +190,25 @@ def resume_config(overrides: dict) -> tuple[TrainConfig, list[str], int, dict]:
     if moved and "schedule_steps" not in overrides and not base["schedule_steps"]:
         base["schedule_steps"] = saved["max_steps"]  # extending (or shortening) a run keeps its schedule
     cfg = TrainConfig(**{**base, **overrides})
-    return cfg, check_resume(cfg, saved, path), step, progress
+    return cfg, check_resume(cfg, saved, path, flags=True), step, progress
+
+
+def _refuse_another_runs_log(path: Path, saved: dict, overrides: dict) -> None:
+    """A checkpoint copied (or moved) away from the run that wrote it must not write into that run's log.
+
+    The copy keeps saving next to itself, but its stored ``log_dir`` still
+    names the original run's: the resume would rewrite that run's
+    metrics.csv.  Such a resume needs ``--log-dir``, which says where this
+    run's log goes (the old one only if the user names it).
+    """
+    written, log = saved.get("checkpoint_dir"), saved.get("log_dir")
+    if "log_dir" in overrides or not log or not written or _same("checkpoint_dir", written, str(path.parent)):
+        return
+    raise CheckpointError(
+        f"checkpoint {str(path)!r} was written in checkpoint_dir={written!r}, and that run logs to "
+        f"{str(Path(log) / 'metrics.csv')!r}: resuming this copy would rewrite that run's log; "
+        f"pass --log-dir DIR for this run's own log (--log-dir {log} only if this copy continues that run)"
+    )
 
 
 def finished(cfg: TrainConfig, step: int, progress: dict) -> Optional[str]:

@@ -1,5 +1,6 @@
 """Helpers shared by several test files (tests/ is on sys.path via pytest.ini's pythonpath)."""
 
+import ast
 import functools
 import os
 import re
@@ -83,3 +84,25 @@ def as_at_a_terminal() -> None:
     the child a test sends Ctrl-C to must not inherit that from how pytest was started.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Which gputrain module imports which (every import statement, TYPE_CHECKING blocks included)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
+                base = base if node.level else node.module or ""
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph

@@ -7,7 +7,6 @@ took seconds to answer a typo, an import cycle, a README command that could not
 run, and two validation losses that disagreed.
 """
 
-import ast
 import errno
 import json
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, SMALL_GPT, TINY_LADDER, cli_flags, run_cli, snapshot
+from helpers import ROOT, SMALL_GPT, TINY_LADDER, cli_flags, import_graph, run_cli, snapshot
 
 from gputrain.cli import main
 from gputrain.cli_spec import config_fields, static_fields, static_names
@@ -398,28 +397,6 @@ def test_train_help_groups_its_flags():
 
 
 # --- defects c, d, e ---------------------------------------------------------------------------
-
-
-def import_graph(package: Path) -> dict[str, set[str]]:
-    """Which gputrain module imports which (every import statement, TYPE_CHECKING blocks included)."""
-    modules = {}
-    for path in package.rglob("*.py"):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {name: set() for name in modules}
-    for name, path in modules.items():
-        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
-                base = base if node.level else node.module or ""
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                continue
-            graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
 
 
 def test_no_module_of_gputrain_imports_one_that_imports_it_back():

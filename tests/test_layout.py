@@ -1,0 +1,111 @@
+"""The package's layout: imports flow one way through the module map, and every module is one a reader can hold.
+
+The module map (``/work/shared/DESIGN.md`` keeps the prose version) lists the
+top-level modules and packages of ``gputrain`` so that each imports only those
+before it. A module of more than ``MAX_MODULE_LINES`` lines or a function of
+more than ``MAX_FUNCTION_LINES`` is split along its seams; the few not split
+yet are named below with their size today, so they can shrink but never grow.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers import import_graph
+
+import gputrain
+
+PACKAGE = Path(gputrain.__file__).resolve().parent
+# Each imports only what stands before it. A lazy import inside a function counts too.
+MODULE_MAP = [
+    "device", "results", "data", "precision", "speed", "flops", "loss", "schedule", "fp8", "kernels",
+    "moe", "model", "autograd", "optim", "memory", "roofline", "parallel", "bench", "plots", "bounds",
+    "train", "posttrain", "scaling", "cli_spec", "cli", "__main__",
+]  # fmt: skip
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# Not split yet (issue 31): their line counts today, a ceiling that only comes down.
+LARGE_MODULES: dict[str, int] = {
+    "gputrain.autograd": 631,
+    "gputrain.bench": 623,
+    "gputrain.cli": 615,
+    "gputrain.device": 589,
+    "gputrain.kernels.attention": 429,
+    "gputrain.loss": 423,
+    "gputrain.model": 615,
+    "gputrain.optim": 582,
+    "gputrain.parallel.expert": 436,
+    "gputrain.parallel.planner": 537,
+    "gputrain.parallel.sequence": 401,
+    "gputrain.roofline": 492,
+    "gputrain.speed": 476,
+    "gputrain.train.loop": 734,
+}
+LONG_FUNCTIONS: dict[str, int] = {
+    "gputrain.parallel.data_parallel.fsdp_check": 71,
+    "gputrain.parallel.expert.expert_parallel_check": 62,
+    "gputrain.parallel.launch.launch": 63,
+    "gputrain.parallel.zero_bubble.run_schedule": 62,
+    "gputrain.train.generate.evaluate_text": 72,
+}
+
+
+def top(module: str) -> str:
+    """``gputrain.train.loop`` -> ``train``; the package itself -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_is_on_the_map():
+    missing = sorted({top(m) for m in modules()} - set(MODULE_MAP) - {"__init__"})
+    assert not missing, f"add {missing} to MODULE_MAP where its imports allow"
+
+
+def test_imports_flow_down_the_map():
+    # the package's own __init__ loads names lazily and is imported by everyone: it is not a layer
+    upward = sorted(
+        (a, b)
+        for a, targets in import_graph(PACKAGE).items()
+        for b in targets
+        if top(a) != top(b) and "__init__" not in (top(a), top(b))
+        and MODULE_MAP.index(top(b)) > MODULE_MAP.index(top(a))
+    )  # fmt: skip
+    assert not upward, f"imports against the module map (importer, imported): {upward}"
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[f"{node.name}:{node.lineno}"] = node.end_lineno - node.lineno + 1
+    return out
+
+
+def test_modules_and_functions_a_reader_can_hold():
+    big, long = {}, {}
+    for name, path in modules().items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > max(MAX_MODULE_LINES, LARGE_MODULES.get(name, 0)):
+            big[name] = lines
+        for fn, n in function_lengths(path).items():
+            key = f"{name}.{fn.split(':')[0]}"
+            if n > max(MAX_FUNCTION_LINES, LONG_FUNCTIONS.get(key, 0)):
+                long[key] = n
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (or over their ceiling): {big}; split them"
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (or over their ceiling): {long}; split them"
+
+
+def test_the_ceilings_are_not_stale():
+    # a module or function that shrank below its ceiling lowers it (or leaves the list)
+    sizes = {name: len(p.read_text(encoding="utf-8").splitlines()) for name, p in modules().items()}
+    lengths = {
+        f"{name}.{fn.split(':')[0]}": n for name, p in modules().items() for fn, n in function_lengths(p).items()
+    }
+    stale = {m: (c, sizes.get(m)) for m, c in LARGE_MODULES.items() if sizes.get(m, 0) != c}
+    stale |= {f: (c, lengths.get(f)) for f, c in LONG_FUNCTIONS.items() if lengths.get(f, 0) != c}
+    assert not stale, f"ceilings to update (ceiling, now): {stale}"

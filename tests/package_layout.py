@@ -1,6 +1,6 @@
 """The layout rules of a package that was one long module: one mechanism per file, imports one way.
 
-A split package draws its modules in its docstring, after a line that ends in ``::``, one module
+A split package draws its modules in its docstring, after the last line that ends in ``::``, one module
 per line at four spaces' indent, in the order imports flow (a module may import the ones drawn
 above it, never one below). :func:`check_layout` holds the package to that drawing and to the size
 of a module a reader can hold; :func:`check_exports` checks that every public name of a module is
@@ -21,7 +21,7 @@ MAX_FUNCTION = 60  # lines of one function or method, its docstring included
 def drawn_order(package: str) -> tuple[Path, list[str]]:
     """The package's folder, and its modules in the order its docstring draws them."""
     mod = importlib.import_module(package)
-    drawing = re.split(r"::\n", mod.__doc__ or "", maxsplit=1)
+    drawing = (mod.__doc__ or "").rsplit("::\n", 1)  # the last literal block: the drawing
     assert len(drawing) == 2, f"{package}'s docstring draws no module order (a line ending in '::')"
     order = [m.group(1) for m in re.finditer(r"^    (\w+)  ", drawing[1], re.M)]
     return Path(mod.__file__).parent, order

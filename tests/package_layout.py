@@ -74,5 +74,5 @@ def check_exports(package: str) -> None:
     public = {n for n in public if n and not n.startswith("_")}
     assert set(pkg.__all__) == public and len(pkg.__all__) == len(public), sorted(set(pkg.__all__) ^ public)
     for name in pkg.__all__:
-        obj = getattr(pkg, name)
+        obj = getattr(getattr(pkg, name), "fn", getattr(pkg, name))  # a Triton kernel: the function it wraps
         assert getattr(obj, "__module__", f"{package}.").startswith(f"{package}."), name

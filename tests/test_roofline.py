@@ -236,3 +236,12 @@ def test_a_measured_machine_has_sane_roofs():
     assert machine.name == "this CPU, 1 thread" and "measured" in machine.source
     assert 1e8 < machine.bandwidth < 1e12 and 1e8 < machine.peak < 1e13
     assert machine.bound(rf.adamw_step(10**7)) == "memory"
+
+
+def test_the_roofline_package_stays_in_modules_a_reader_can_hold():
+    """roofline.py had grown to 492 lines; its cost, operations, GPT list, machine and CPU check are now
+    modules under 300 lines whose imports flow one way, and every name is still roofline.<name>."""
+    from package_layout import check_exports, check_layout
+
+    check_layout("gputrain.roofline")
+    check_exports("gputrain.roofline")

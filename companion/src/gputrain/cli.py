@@ -60,12 +60,12 @@ def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
 
 # the dataclasses whose fields are flags, and the tables whose names a flag offers: (module, name)
 TRAIN_CONFIG = ("gputrain.train.config", "TrainConfig")
-LADDER_CONFIG = ("gputrain.bench", "LadderConfig")
+LADDER_CONFIG = ("gputrain.bench.config", "LadderConfig")
 CHOICES = {
     "optimizer": ("gputrain.train.components", "OPTIMIZERS"),
     "schedule": ("gputrain.train.components", "SCHEDULES"),
     "mixed_precision": ("gputrain.train.components", "MIXED_PRECISION"),
-    "compile_scope": ("gputrain.bench", "COMPILE_SCOPES"),
+    "compile_scope": ("gputrain.bench.config", "COMPILE_SCOPES"),
     "router": ("gputrain.moe", "ROUTERS"),
     "balance": ("gputrain.moe", "BALANCES"),
 }

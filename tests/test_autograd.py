@@ -267,3 +267,43 @@ def test_pow_by_tensor_and_wrapping_a_tensor_are_type_errors():
         Tensor([2.0]) ** Tensor([2.0])
     with pytest.raises(TypeError, match="detach"):
         Tensor(Tensor([1.0]))
+
+
+# --- the package's layout: the Tensor, the table of rules beside it, and what is built on them ----------------
+
+
+def test_the_autograd_package_stays_in_modules_a_reader_can_hold():
+    """autograd.py had grown to 631 lines; the Tensor keeps the graph, the table in ops keeps the calculus."""
+    from package_layout import check_chapter_reads, check_exports, check_layout
+
+    check_layout("gputrain.autograd")
+    check_exports("gputrain.autograd", namespaced=("ops",))
+    check_chapter_reads("gputrain.autograd", "04_backprop.ipynb", "ag")
+
+
+def test_every_operation_of_the_tensor_is_a_rule_of_the_table():
+    """A method computes nothing itself: each records one rule of ops.OPS, under that rule's name."""
+    x = Tensor(torch.randn(2, 3, dtype=torch.float64), requires_grad=True)
+    w = Tensor(torch.randn(3, 3, dtype=torch.float64), requires_grad=True)
+    made = {
+        (x + 1).op,
+        (x - 1).op,
+        (x * 2).op,
+        (x / 2).op,
+        (-x).op,
+        (x @ w).op,
+        x.reshape(3, 2).op,
+        x.T.op,
+        x.sum().op,
+        x.exp().op,
+        x.log().op,
+        x.tanh().op,
+        x.sigmoid().op,
+        x.relu().op,
+        x.gelu().op,
+        x.gelu("tanh").op,
+        x.log_softmax().op,
+        x.softmax().op,
+    }
+    assert made == set(ag.ops.OPS) - {"pow"} and (x**2).op == "pow2"
+    assert all(callable(rule) and rule.__module__ == "gputrain.autograd.ops" for rule in ag.ops.OPS.values())

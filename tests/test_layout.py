@@ -27,10 +27,8 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # Not split yet (issue 31): their line counts today, a ceiling that only comes down.
 LARGE_MODULES: dict[str, int] = {
-    "gputrain.autograd": 631,
     "gputrain.cli": 615,
     "gputrain.device": 589,
-    "gputrain.loss": 423,
     "gputrain.model": 615,
     "gputrain.optim": 582,
     "gputrain.speed": 476,

@@ -314,3 +314,15 @@ def test_bf16_on_a_cpu_without_it_warns_once_and_info_says_so(tmp_path):
     assert native.returncode == 0 and "Bf16SlowWarning" not in native.stderr
     info = run_cli("info", env=env)
     assert re.search(r"^bf16_native +False$", info.stdout, re.M) and "GPUTRAIN_NATIVE_BF16=0" in info.stdout
+
+
+# --- the package's layout: one mechanism per module, imports one way ---------------------------------
+
+
+def test_the_precision_package_stays_in_modules_a_reader_can_hold():
+    """precision.py had grown to 400 lines and five mechanisms; each is a module drawn in the package's docstring."""
+    from package_layout import check_chapter_reads, check_exports, check_layout
+
+    check_layout("gputrain.precision")
+    check_exports("gputrain.precision")
+    check_chapter_reads("gputrain.precision", "07_memory_precision.ipynb", "gp")

@@ -83,3 +83,68 @@ def as_at_a_terminal() -> None:
     the child a test sends Ctrl-C to must not inherit that from how pytest was started.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# --- a package of one-concern modules whose docstring draws the order imports flow in ---------------
+
+
+def package_modules(package) -> tuple[Path, list[str]]:
+    """The package's folder, and its modules in the order its docstring draws (the order imports flow)."""
+    drawing = package.__doc__.split("::", 1)[1]
+    order = [m.group(1) for m in re.finditer(r"^    (\w+)  ", drawing, re.M)]
+    return Path(package.__file__).parent, order
+
+
+def sibling_imports(path: Path, siblings: set[str], package: str) -> set[str]:
+    """The siblings a module imports, in any spelling; '' stands for the package itself (its __init__)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:  # from .x import ...
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x
+            found |= {a.name if a.name in siblings else "" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package):
+            found.add(node.module.removeprefix(package).lstrip(".").split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith(package + ".")}
+    return found
+
+
+def check_package_layout(package) -> None:
+    """Each module under 300 lines and each function under 60, all drawn in the package's docstring,
+    and a module imports only the ones drawn above it."""
+    import ast
+
+    folder, order = package_modules(package)
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert sorted(order) == modules and len(order) == len(set(order)), f"the docstring draws {order}"
+    for path in folder.glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert len(source.splitlines()) < 300, f"{path.name} has {len(source.splitlines())} lines"
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno < 60, f"{path.name}: {node.name} is over 60 lines"
+    for i, name in enumerate(order):
+        imported = sibling_imports(folder / f"{name}.py", set(modules), package.__name__)
+        assert "" not in imported, f"{name} imports the package itself (a circle through __init__)"
+        below = sorted(imported - set(order[:i]))
+        assert below == [], f"{name} imports {below}, drawn below it; move the shared code up or redraw the order"
+
+
+def check_package_exports(package) -> None:
+    """Every public name the modules define at their top level reaches the package's __all__, and no other."""
+    import ast
+
+    folder, order = package_modules(package)
+    public = set()
+    for name in order:
+        for node in ast.parse((folder / f"{name}.py").read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", node)]
+            public |= {getattr(t, "id", getattr(t, "name", "")) for t in targets}
+    public = {n for n in public if n and not n.startswith("_")}
+    assert set(package.__all__) == public and len(package.__all__) == len(public)
+    for name in package.__all__:
+        obj = getattr(package, name)
+        assert getattr(obj, "__module__", package.__name__ + ".").startswith(package.__name__ + "."), name

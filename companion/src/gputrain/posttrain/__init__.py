@@ -30,6 +30,19 @@ from .chat import (
     grow_vocab,
     masked_cross_entropy,
 )
+from .lora import (
+    DEFAULT_TARGETS,
+    LoRALinear,
+    apply_lora,
+    check_rank,
+    lora_layers,
+    lora_memory,
+    lora_parameter_count,
+    matches,
+    merge_lora,
+    unload_lora,
+    unmerge_lora,
+)
 
 __all__ = [
     # chat
@@ -42,4 +55,16 @@ __all__ = [
     "as_messages",
     "masked_cross_entropy",
     "grow_vocab",
+    # lora
+    "DEFAULT_TARGETS",
+    "LoRALinear",
+    "check_rank",
+    "matches",
+    "apply_lora",
+    "lora_layers",
+    "merge_lora",
+    "unmerge_lora",
+    "unload_lora",
+    "lora_parameter_count",
+    "lora_memory",
 ]

@@ -43,6 +43,19 @@ from .lora import (
     unload_lora,
     unmerge_lora,
 )
+from .tasks import (
+    ANSWER_PREFIX,
+    TASKS,
+    TEST_FRACTION,
+    Problem,
+    arithmetic_problem,
+    final_answer,
+    grade,
+    problems,
+    python_problem,
+    safe_eval,
+    split_of,
+)
 
 __all__ = [
     # chat
@@ -67,4 +80,16 @@ __all__ = [
     "unload_lora",
     "lora_parameter_count",
     "lora_memory",
+    # tasks
+    "TASKS",
+    "TEST_FRACTION",
+    "ANSWER_PREFIX",
+    "Problem",
+    "split_of",
+    "final_answer",
+    "grade",
+    "arithmetic_problem",
+    "safe_eval",
+    "python_problem",
+    "problems",
 ]

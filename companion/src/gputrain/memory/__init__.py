@@ -7,6 +7,8 @@
   components of a real training step, so the two can be compared.
 * :func:`apply_activation_checkpointing` trades compute for memory from the
   outside: the model's code is unchanged.
+* :func:`finetune_memory` gives the same components when only some weights
+  train (LoRA's adapters; chapter 12), with the frozen ones in any format.
 * :func:`expert_parallel_memory` gives the bytes per GPU of a mixture-of-experts
   model whose experts are split over expert-parallel ranks.
 
@@ -20,6 +22,7 @@ import those above it, never one below::
     activations    Korthikanti et al.'s formula, our GPT's saved tensors
        |
     estimate       estimate() and its MemoryBreakdown
+    finetune       finetune_memory, LoRA and frozen weights     (imports estimate)
     measure        measure_step, AllocationTracker             (imports no sibling)
     checkpointing  apply_activation_checkpointing              (imports gputrain.model)
     experts        MoEShape, expert_parallel_memory            (imports recipes, gputrain.moe)
@@ -39,6 +42,7 @@ from .activations import (
 from .checkpointing import apply_activation_checkpointing, is_checkpointed, remove_activation_checkpointing
 from .estimate import COMPONENTS, MemoryBreakdown, estimate
 from .experts import MoEShape, deepseek_v3_shape, expert_parallel_memory, moe_shape, stage_params
+from .finetune import finetune_memory
 from .measure import AllocationTracker, held_bytes, measure_step, saved_tensors, tensor_bytes
 from .recipes import OPTIMIZER_STATES, RECIPES, PrecisionRecipe, get_recipe, optimizer_states
 from .shapes import GPT2_SMALL, GPT3_175B, ModelShape, kv_cache_bytes, shape_of
@@ -66,6 +70,8 @@ __all__ = [
     "COMPONENTS",
     "MemoryBreakdown",
     "estimate",
+    # finetune
+    "finetune_memory",
     # measure
     "saved_tensors",
     "AllocationTracker",

@@ -1,12 +1,10 @@
 """gputrain.memory: activation checkpointing and the memory estimator (chapter 7)."""
 
-import ast
 import copy
-import re
-from pathlib import Path
 
 import pytest
 import torch
+from package_layout import check_exports, check_layout
 
 from gputrain.memory import (
     GPT3_175B,
@@ -358,62 +356,15 @@ def test_estimated_peak_matches_mem_tracker_at_every_depth(precision, checkpoint
 # --- the package's layout: one concern per module, imports one way ----------------------------------
 
 
-def _memory_modules() -> tuple[Path, list[str]]:
-    """The package's folder, and its modules in the order its docstring draws (the order imports flow)."""
-    import gputrain.memory as gm
-
-    drawing = gm.__doc__.split("::", 1)[1]
-    order = [m.group(1) for m in re.finditer(r"^    (\w+)  ", drawing, re.M)]
-    return Path(gm.__file__).parent, order
-
-
-def _sibling_imports(path: Path, siblings: set[str]) -> set[str]:
-    """The siblings a module imports, in any spelling; '' stands for the package itself (its __init__)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:  # from .x import ...
-            found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x
-            found |= {a.name if a.name in siblings else "" for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gputrain.memory"):
-            found.add(node.module.removeprefix("gputrain.memory").lstrip(".").split(".")[0])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("gputrain.memory.")}
-    return found
-
-
 def test_the_memory_package_stays_in_modules_a_reader_can_hold():
     """memory.py had grown to 895 lines and seven concerns; each concern is now a module under 300 lines,
     drawn in the package's docstring, and a module only imports the ones drawn above it."""
-    folder, order = _memory_modules()
-    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    assert sorted(order) == modules and len(order) == len(set(order)), f"the docstring draws {order}"
-    for path in folder.glob("*.py"):
-        source = path.read_text(encoding="utf-8")
-        assert len(source.splitlines()) < 300, f"{path.name} has {len(source.splitlines())} lines"
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                assert node.end_lineno - node.lineno < 60, f"{path.name}: {node.name} is over 60 lines"
-    for i, name in enumerate(order):
-        imported = _sibling_imports(folder / f"{name}.py", set(modules))
-        assert "" not in imported, f"{name} imports the package itself (a circle through __init__)"
-        below = sorted(imported - set(order[:i]))
-        assert below == [], f"{name} imports {below}, drawn below it; move the shared code up or redraw the order"
+    check_layout("gputrain.memory")
 
 
 def test_every_public_name_of_the_memory_modules_is_exported_from_the_package():
     """Readers write `from gputrain.memory import estimate`; a name a module adds must reach the package."""
     import gputrain.memory as gm
 
-    folder, order = _memory_modules()
-    public = set()
-    for name in order:
-        for node in ast.parse((folder / f"{name}.py").read_text(encoding="utf-8")).body:
-            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", node)]
-            public |= {getattr(t, "id", getattr(t, "name", "")) for t in targets}
-    public = {n for n in public if n and not n.startswith("_")}
-    assert set(gm.__all__) == public and len(gm.__all__) == len(public)
-    for name in gm.__all__:
-        obj = getattr(gm, name)
-        assert getattr(obj, "__module__", "gputrain.memory.").startswith("gputrain.memory."), name
+    check_exports("gputrain.memory")
     assert callable(gm.estimate) and gm.estimate.__name__ == "estimate"  # the function, not its module

@@ -99,7 +99,9 @@ def import_graph(package: Path) -> dict[str, set[str]]:
             if isinstance(node, ast.ImportFrom):
                 base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
                 base = base if node.level else node.module or ""
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+                # `from . import ops` in a package's module reads the sibling, not the package's __init__
+                targets = submodules if submodules and len(submodules) == len(node.names) else [base, *submodules]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:

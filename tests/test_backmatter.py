@@ -234,6 +234,31 @@ def test_api_page_builds_and_documents_every_public_name(tmp_path):
     assert not raw, f"untypeset $...$ math in a docstring (keep inline math on one line): {raw[:3]}"
 
 
+def test_a_reference_to_a_reexported_name_links_to_where_it_is_documented(tmp_path):
+    """Chapter 5 writes {py:class}`gputrain.optim.AdamW`; since optim became a package, the class is documented
+    as gputrain.optim.adaptive.AdamW, and the reference rendered as plain text, its link lost."""
+    (tmp_path / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(BOOK / 'tools')!r})\nextensions = ['sphinx.ext.autodoc', 'reexports']\n",
+        encoding="utf-8",
+    )
+    refs = ":py:class:`gputrain.optim.AdamW`, :py:meth:`gputrain.model.GPT.generate`, :py:func:`gputrain.optim.nope`"
+    (tmp_path / "index.rst").write_text(
+        f"API\n===\n\n{refs}\n\n.. autoclass:: gputrain.optim.adaptive.AdamW\n\n"
+        ".. autoclass:: gputrain.model.gpt.GPT\n   :members: generate\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", str(tmp_path), str(tmp_path / "_out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    html = (tmp_path / "_out" / "index.html").read_text(encoding="utf-8")
+    links = re.findall(r'<a class="reference internal" href="#([\w.]+)"', html)  # the references, not the headers
+    assert links == ["gputrain.optim.adaptive.AdamW", "gputrain.model.gpt.GPT.generate"], links
+
+
 # --- Running at scale ----------------------------------------------------------------
 
 

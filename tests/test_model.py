@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from package_layout import check_exports, check_layout
 
 from gputrain.model import (
     GPT,
@@ -207,3 +208,11 @@ def test_kv_cache_holds_two_tensors_per_layer_of_tokens_by_width():
         assert cache.nbytes == 2 * cfg.n_layer * 20 * cfg.n_embd * size * 5 == sum(t.nbytes for t in cache.tensors())
     with pytest.raises(ValueError, match="capacity <= block_size=20"):
         KVCache(cfg, capacity=21)
+
+
+def test_the_model_package_stays_in_modules_a_reader_can_hold():
+    """model.py had grown to 615 lines: configuration, attention, blocks, the GPT, its cache, chapter 2's
+    perceptron and shape tracing in one file.  Each is now a module under 300 lines, drawn in the package's
+    docstring; a module imports only those drawn above it, and the package re-exports every name."""
+    check_layout("gputrain.model")
+    check_exports("gputrain.model")

@@ -47,7 +47,8 @@ class Field:
 @lru_cache(maxsize=None)
 def _source(module: str) -> tuple[ast.Module, dict[int, str], dict[int, str]]:
     """A module's tree, its trailing comments by line and its comment-only lines by line."""
-    path = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    path = PACKAGE.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")  # a package: its __init__
     text = path.read_text(encoding="utf-8")
     trailing, alone = {}, {}
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -56,6 +57,19 @@ def _source(module: str) -> tuple[ast.Module, dict[int, str], dict[int, str]]:
             comment = tok.string.lstrip("#").strip()
             (alone if not tok.line[: tok.start[1]].strip() else trailing)[line] = comment
     return ast.parse(text), trailing, alone
+
+
+def _home(module: str, name: str) -> str:
+    """The module that defines ``name``: ``module`` itself, or the submodule a package re-exports it from.
+
+    ``gputrain.moe`` is a package whose ``__init__`` says ``from .config import ROUTERS``:
+    the table is read in ``gputrain.moe.config``, where its source is.
+    """
+    for node in _source(module)[0].body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            if any((a.asname or a.name) == name for a in node.names):
+                return _home(f"{module}.{node.module}", name)
+    return module
 
 
 def _top_level(tree: ast.Module, name: str) -> ast.AST:
@@ -107,7 +121,7 @@ def table_names(module: str, table: str) -> list[str]:
 
 def static_names(module: str, table: str) -> list[str]:
     """:func:`table_names` from the source alone; ``NotLiteral`` where it would have to import."""
-    return _keys(_top_level(_source(module)[0], table))
+    return _keys(_top_level(_source(_home(module, table))[0], table))
 
 
 def table_abouts(module: str, table: str) -> dict[str, str]:
@@ -126,7 +140,7 @@ def table_abouts(module: str, table: str) -> dict[str, str]:
 
 def static_abouts(module: str, table: str) -> dict[str, str]:
     """:func:`table_abouts` from the source alone; ``NotLiteral`` where it would have to import."""
-    node = _top_level(_source(module)[0], table)
+    node = _top_level(_source(_home(module, table))[0], table)
     if isinstance(node, (ast.Tuple, ast.List)):
         return {}
     if not isinstance(node, ast.Dict):
@@ -153,7 +167,7 @@ def config_fields(module: str, cls: str) -> list[Field]:
 
 def static_fields(module: str, cls: str) -> list[Field]:
     """:func:`config_fields` from the source alone; ``NotLiteral`` where it would have to import."""
-    tree, trailing, alone = _source(module)
+    tree, trailing, alone = _source(_home(module, cls))
     node = _top_level(tree, cls)
     out, section = [], None
     for item in node.body:

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -23,6 +25,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def worker_threads() -> int | None:
+    """Under pytest-xdist, each worker's share of this machine's cores (1 for two workers on two
+    cores); None in a run without workers.
+
+    torch takes every core by default; two workers doing so put four busy threads on two cores, and
+    OpenMP threads that wait for each other then make a small model's step ten times slower.
+    """
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // int(workers))
+
+
+@pytest.fixture(autouse=True)
+def _threads_of_a_worker(monkeypatch):
+    """The processes a test starts (the CLI, accelerate launch, an example script) take the worker's
+    share of the cores too. Notebooks keep the machine's: nbval's items use no fixtures, and a chapter
+    that measures with every thread (chapter 2's throughput) still does."""
+    threads = worker_threads()
+    if threads is not None:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+
+
 def pytest_configure(config):
     """Token caches of the test run go to a temporary folder: those of the tests, of the CLI
     processes they start, and of the notebooks' kernels, which inherit this environment.
@@ -30,16 +55,16 @@ def pytest_configure(config):
     Set here, not in a fixture: under pytest-xdist a worker may be given only notebooks, whose
     nbval items use no fixtures, and its kernels would then write to the user's own cache.
     """
-    import os
     import tempfile
 
+    if worker_threads() is not None:
+        torch.set_num_threads(worker_threads())
     config._gputrain_saved_cache = os.environ.get("GPUTRAIN_CACHE")
     config._gputrain_cache = tempfile.mkdtemp(prefix="gputrain_cache-")
     os.environ["GPUTRAIN_CACHE"] = config._gputrain_cache
 
 
 def pytest_unconfigure(config):
-    import os
     import shutil
 
     if not hasattr(config, "_gputrain_cache"):

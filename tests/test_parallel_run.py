@@ -151,3 +151,18 @@ def test_two_workers_keep_a_notebook_in_one_kernel_and_report_its_time(tmp_path)
     assert re.search(r"\d+\.\d s  a\.ipynb", table) and re.search(r"\d+\.\d s  b\.ipynb", table)
     assert re.search(r"notebooks \(nbval\)\s+span\s+[\d.]+ s .* 10 tests", run.stdout)
     assert re.search(r"unit tests\s+span .* 1 tests", run.stdout)
+
+
+def test_each_worker_takes_its_share_of_the_cores(monkeypatch):
+    from conftest import worker_threads
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert worker_threads() is None  # a run without workers keeps torch's default
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    assert worker_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert worker_threads() == 8
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert worker_threads() == 1

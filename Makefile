@@ -1,6 +1,7 @@
 # How a GPU Trains AI: every target installs what it needs into .venv/ first.
 #   make book    build the website into _build/html   (EXECUTE=1: re-run changed notebooks first)
-#   make test    run every test: lint, unit tests, every notebook (nbval), the book build, a browser check
+#   make test    run every test: lint, unit tests, every notebook (nbval), the book build, a browser check, a PDF;
+#                in WORKERS=2 pytest workers; it ends with a table of its phases and their wall times
 #   make serve   serve _build/html on http://localhost:$(PORT)
 #   make execute run the notebooks in place (store fresh outputs before committing)
 #   make translations  extract the English messages into the Chinese catalogs, print what is untranslated
@@ -22,11 +23,13 @@ EXECUTE ?= 0
 PORT ?= 8000
 NB ?= chapters/*.ipynb book/*.ipynb
 PYTEST_ARGS ?=
+# pytest-xdist workers of make test; each test file (each notebook) stays whole in one worker. 0: no workers
+WORKERS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 help:
-	@sed -n '2,7p' Makefile | sed 's/^# //'
+	@sed -n '2,8p' Makefile | sed 's/^# //'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -70,12 +73,16 @@ translations: setup
 
 # ruff, with the rules and format in companion/pyproject.toml, over the package, tests and scripts
 LINT_PATHS := companion tests bench book/tools
-lint: setup
-	$(PY) -m ruff check --config companion/pyproject.toml $(LINT_PATHS)
+LINT := $(PY) -m ruff check --config companion/pyproject.toml $(LINT_PATHS) && \
 	$(PY) -m ruff format --check --config companion/pyproject.toml $(LINT_PATHS)
+lint: setup
+	$(LINT)
 
-test: vendor browser-deps pdf-deps lint
-	$(PY) -m pytest -c tests/pytest.ini --rootdir=. tests $(NB) $(PYTEST_ARGS)
+# tests/phases.py runs each phase (every one, even after a failure), then prints their wall times
+test: vendor browser-deps pdf-deps
+	@$(PY) tests/phases.py \
+	  lint "$(LINT)" \
+	  "pytest -n $(WORKERS)" "$(PY) -m pytest -c tests/pytest.ini --rootdir=. -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests $(NB) $(PYTEST_ARGS)"
 
 # the notebooks alone, failing any that runs over its 3-minute budget (make test only reports the times)
 bench-notebooks: setup

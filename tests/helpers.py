@@ -4,10 +4,12 @@ import ast
 import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 # a Chinese character (CJK Unified Ideographs and Extension A)
@@ -22,14 +24,41 @@ def toc_docnames() -> list[str]:
     return docnames()
 
 
+def build_lock(folder: Path = ROOT / "_build"):
+    """A lock on ``folder`` across the processes of one test run (``pytest -n 2`` runs two workers):
+    the book builds that write ``_build/`` run one at a time."""
+    from filelock import FileLock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(folder / ".tests.lock")
+
+
+def build_once(build: Callable[[], Path], folder: Path, run: str) -> Path:
+    """``build()``, unless a process of the same test run (``run``: pytest-xdist's id of the run,
+    '' without xdist) has already built into ``folder``; then what that process built.
+
+    The processes take turns under ``build_lock``; the first of a run builds and leaves the run's
+    id in a marker file, the others wait for it and return its site."""
+    marker = folder / ".tests_built_site"
+    with build_lock(folder):
+        if run and marker.is_file() and marker.read_text(encoding="utf-8") == run:
+            return folder / "html"
+        marker.unlink(missing_ok=True)
+        html = build()
+        marker.write_text(run, encoding="utf-8")
+        return html
+
+
 @functools.cache
 def built_site() -> Path:
-    """The website, all three editions, built once per test session with warnings as errors
-    (test_site.py checks it in a browser, test_pdf.py prints it)."""
+    """The website, all three editions, built once per test run with warnings as errors
+    (test_site.py checks it in a browser, test_pdf.py prints it, test_notebooks_zh.py its downloads)."""
     sys.path.insert(0, str(ROOT / "book" / "tools"))
     from build import build
 
-    return build(execute=False, strict=True)
+    return build_once(
+        lambda: build(execute=False, strict=True), ROOT / "_build", os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    )
 
 
 def snapshot(root: Path) -> dict:
@@ -46,6 +75,20 @@ def run_cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
+
+
+def accelerate_launch(nprocs: int = 2) -> list[str]:
+    """``accelerate launch`` of ``nprocs`` gloo processes on this machine, each rendezvous on a free port:
+    Accelerate's default, 29500, would collide between two tests running at once (``pytest -n 2``)."""
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    return [accelerate, "launch", "--multi_gpu", "--num_processes", str(nprocs), "--num_machines", "1"] + [
+        "--main_process_port",
+        "0",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
 
 
 # The smallest GPT the tests train: a step takes milliseconds on a loaded CPU.

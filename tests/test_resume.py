@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SMALL_GPT, as_at_a_terminal, cli_flags, snapshot
+from helpers import SMALL_GPT, accelerate_launch, as_at_a_terminal, cli_flags, snapshot
 from safetensors import safe_open
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
@@ -362,11 +362,9 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
 def test_every_rank_stops_after_the_same_step(tmp_path):
     """SIGTERM to rank 1 alone: rank 0 learns it in the step's all-reduce, and both save that step."""
     psutil = pytest.importorskip("psutil")
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     fields = dict(SIGNAL_FIELDS, batch_size=4, dropout=0.0, max_steps=2000)
     flags = cli_flags(**fields, checkpoint_dir=tmp_path / "c", log_dir=tmp_path / "l")
-    launch = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "gputrain", "train", *flags, "--no-progress"]
+    launch = [*accelerate_launch(2), "-m", "gputrain", "train", *flags, "--no-progress"]
     proc = subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(tmp_path / "l" / "metrics.csv", 5, proc)

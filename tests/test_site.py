@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import CJK, built_site, toc_docnames
+from helpers import CJK, build_lock, built_site, toc_docnames
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -66,7 +66,8 @@ def test_the_executing_build_loads_its_config(tmp_path):
     assert config["execute"]["execute_notebooks"] == "cache"
     toc = tmp_path / "_toc.yml"
     toc.write_text("format: jb-book\nroot: book/intro\n", encoding="utf-8")
-    html = build(execute=True, strict=False, toc=toc, output=tmp_path)  # links to other pages dangle here
+    with build_lock():  # it writes its config copy into _build/, beside the site's build
+        html = build(execute=True, strict=False, toc=toc, output=tmp_path)  # links to other pages dangle here
     assert "MathJax" in (html / "book" / "intro.html").read_text(encoding="utf-8")
 
 

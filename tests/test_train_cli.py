@@ -2,11 +2,10 @@
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import snapshot
+from helpers import accelerate_launch, snapshot
 
 from gputrain import train as T
 from gputrain.cli import main
@@ -131,22 +130,11 @@ def test_two_processes_equal_one_process_with_the_doubled_batch(tmp_path):
     DDP averages the two ranks' gradients; rank r takes batches r, r+2, ... of the
     same permutation, which together are exactly the 1-process batches of 8.
     """
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     flags = [f for f in FLAGS if f != "--no-progress"] + ["--max-steps", "10", "--eval-interval", "5"]
     flags[flags.index("--batch-size") + 1] = "4"
     proc = subprocess.run(
         [
-            accelerate,
-            "launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
+            *accelerate_launch(2),
             "-m",
             "gputrain",
             "train",

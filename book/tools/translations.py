@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -168,8 +169,15 @@ def read_catalog(path: Path) -> Catalog:
 def write_catalog(path: Path, catalog: Catalog) -> None:
     """Write a catalog as the committed ones are written: one line per message, no wrapping."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        write_po(f, catalog, width=0)
+    # into a file of this process, then renamed over the catalog: a reader (a book build in another
+    # test worker, Sphinx) sees the old catalog or the new one, never a half-written one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write_po(f, catalog, width=0)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def messages_dir(edition: str) -> Path:

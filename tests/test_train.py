@@ -177,6 +177,26 @@ def test_bf16_on_the_cpu_really_trains_in_bf16():
 # --- the loop -------------------------------------------------------------------
 
 
+def test_the_loop_stays_in_modules_a_reader_can_hold():
+    """loop.py had grown to 734 lines; the run's progress, its checks, its setup and its phases are now modules under
+    300 lines, drawn in loop's docstring, each importing only the ones drawn above it; the old names still import."""
+    from package_layout import MAX_FUNCTION_LINES, MAX_LINES, drawn_modules, function_lengths, gputrain_imports
+
+    folder, order, _ = drawn_modules("gputrain.train.loop")
+    assert order == ["progress", "hardware", "preflight", "start", "loop"]
+    for i, name in enumerate(order):
+        path = folder / f"{name}.py"
+        assert len(path.read_text(encoding="utf-8").splitlines()) < MAX_LINES, f"{name}.py is too long"
+        long = {f: n for f, n in function_lengths(path).items() if n >= MAX_FUNCTION_LINES}
+        assert not long, f"{name}.py: {long}"
+        siblings, _ = gputrain_imports(path, "gputrain.train")
+        assert not siblings & ({""} | set(order[i + 1 :])), f"{name} imports {siblings & set(order[i + 1 :])}"
+    from gputrain.train.loop import BestWeights, Progress, TrainResult, check_hardware, interrupt_line, read_resume
+
+    assert Progress.__module__ == "gputrain.train.progress" and T.Progress is Progress
+    assert all(callable(f) for f in (BestWeights, TrainResult, check_hardware, interrupt_line, read_resume))
+
+
 def test_loss_falls_and_history_is_complete(tmp_path):
     result = T.train(small(max_steps=40, eval_interval=20, log_dir=str(tmp_path)))
     assert len(result.losses) == len(result.lrs) == len(result.grad_norms) == 40

@@ -133,38 +133,17 @@ def evaluate_text(
     """
     if (max_batches is not None and max_batches < 1) or (batch_size is not None and batch_size < 1):
         raise ValueError("max_batches and batch_size must be >= 1")
-    ckpt = None
-    if isinstance(checkpoint_or_model, GPT):
-        model = checkpoint_or_model
-    else:
-        model, ckpt = load_model(checkpoint_or_model)
-    run_cfg = (ckpt.meta.get("run", {}).get("config") or {}) if ckpt else {}
-    defaults = TrainConfig.__dataclass_fields__  # a model without its run: TrainConfig's defaults
-    run = {k: run_cfg.get(k, defaults[k].default) for k in ("eval_batches", "batch_size", "seq_len", "val_fraction")}
-    window = min(run["seq_len"] or model.cfg.block_size, model.cfg.block_size)
+    model, ckpt = (
+        (checkpoint_or_model, None) if isinstance(checkpoint_or_model, GPT) else load_model(checkpoint_or_model)
+    )
+    run = _run_settings(model, ckpt)
     as_in_training = max_batches is None and batch_size is None
     max_batches = run["eval_batches"] if max_batches is None else max_batches
     batch_size = run["batch_size"] if batch_size is None else batch_size
-    source = data or run_cfg.get("data", "stdlib")
-    nbytes = run_cfg.get("corpus_bytes", corpus_bytes) if data is None else corpus_bytes
-    reader = text_source(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
-    text = b"".join(reader.blocks()).decode("utf-8")
-    tokens = ByteTokenizer.encode_tensor(text)  # (N,)
-    read = len(tokens)  # bytes of text read (after decoding)
-    if data is None:
-        tokens = split_tokens(tokens, run["val_fraction"])[1]
-    if len(tokens) < window + 1:
-        raise ValueError(
-            f"{len(tokens)} tokens of held-out text cannot fill one window of {window}; pass more text with --data"
-        )
-    windows = TokenDataset(tokens, window)
+    source, reader, tokens, read = _held_out(model, run, data, corpus_bytes)
+    windows = TokenDataset(tokens, run["window"])
     scored = min(len(windows), max_batches * batch_size)
-    total, count, batches = 0.0, 0, 0
-    for start in range(0, scored, batch_size):
-        x, y = map(torch.stack, zip(*(windows[i] for i in range(start, min(start + batch_size, len(windows))))))
-        _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
-        total, count, batches = total + loss.item() * y.numel(), count + y.numel(), batches + 1
-    loss = total / count
+    loss, count, batches = _mean_loss(model, windows, scored, batch_size)
     return {
         "loss": loss,
         "perplexity": math.exp(loss),
@@ -172,13 +151,56 @@ def evaluate_text(
         "tokens": count,
         "data": source,
         "held_out": _scored(scored, len(windows), data is None, read, reader.capped, reader.input_bytes()),
-        "batches": f"{batches} batches of {batch_size} windows of {window} tokens{_which(as_in_training, data)}",
+        "batches": f"{batches} batches of {batch_size} windows of {run['window']} tokens"
+        + _which(as_in_training, data),
         "windows": scored,  # windows scored, from the start of the text
         "batch_size": batch_size,  # windows per batch
         "windows_in_text": len(windows),  # windows the text read holds
         "bytes_read": read,  # bytes of text read (the cap, corpus_bytes, may stop short of the input)
         "bytes_on_disk": reader.input_bytes(),  # of the input files (None for a dataset)
     }
+
+
+def _run_settings(model: GPT, ckpt: Optional[Checkpoint]) -> dict:
+    """The validation settings of the run that trained ``model`` (TrainConfig's defaults for a model without its run),
+    its window length, and (``"config"``) the run's whole config as the checkpoint recorded it."""
+    run_cfg = (ckpt.meta.get("run", {}).get("config") or {}) if ckpt else {}
+    defaults = TrainConfig.__dataclass_fields__
+    run = {k: run_cfg.get(k, defaults[k].default) for k in ("eval_batches", "batch_size", "seq_len", "val_fraction")}
+    run["window"] = min(run["seq_len"] or model.cfg.block_size, model.cfg.block_size)
+    run["config"] = run_cfg
+    return run
+
+
+def _held_out(model: GPT, run: dict, data: Optional[str], corpus_bytes: int):
+    """The text to score: the run's own validation split (``data`` None) or the start of ``data``.
+
+    Returns its source, its reader, its tokens and the bytes of text read.
+    """
+    source = data or run["config"].get("data", "stdlib")
+    nbytes = run["config"].get("corpus_bytes", corpus_bytes) if data is None else corpus_bytes
+    reader = text_source(TrainConfig(data=source, corpus_bytes=nbytes, block_size=model.cfg.block_size))
+    text = b"".join(reader.blocks()).decode("utf-8")
+    tokens = ByteTokenizer.encode_tensor(text)  # (N,)
+    read = len(tokens)  # bytes of text read (after decoding)
+    if data is None:
+        tokens = split_tokens(tokens, run["val_fraction"])[1]
+    if len(tokens) < run["window"] + 1:
+        raise ValueError(
+            f"{len(tokens)} tokens of held-out text cannot fill one window of {run['window']}; "
+            "pass more text with --data"
+        )
+    return source, reader, tokens, read
+
+
+def _mean_loss(model: GPT, windows: TokenDataset, scored: int, batch_size: int) -> tuple[float, int, int]:
+    """The mean loss over the first ``scored`` windows, in batches: (loss, targets, batches)."""
+    total, count, batches = 0.0, 0, 0
+    for start in range(0, scored, batch_size):
+        x, y = map(torch.stack, zip(*(windows[i] for i in range(start, min(start + batch_size, len(windows))))))
+        _, loss = model(x, y)  # x, y (B, T); mean over B*T targets
+        total, count, batches = total + loss.item() * y.numel(), count + y.numel(), batches + 1
+    return total / count, count, batches
 
 
 def _scored(scored: int, available: int, own_split: bool, read: int, capped: bool, on_disk: Optional[int]) -> str:

@@ -28,8 +28,6 @@ MAX_FUNCTION_LINES = 60
 # Not split yet (issue 31): their line counts today, a ceiling that only comes down.
 LARGE_MODULES: dict[str, int] = {
     "gputrain.cli": 615,
-    "gputrain.device": 589,
-    "gputrain.speed": 476,
     "gputrain.train.loop": 734,
 }
 LONG_FUNCTIONS: dict[str, int] = {

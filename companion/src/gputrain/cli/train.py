@@ -28,7 +28,7 @@ def _cmd_train(args) -> int:
     _check_train_flags(args, overrides)
     from ..train import TrainingDiverged, preset_config, summary_line, train
     from ..train.checkpoint import SaveError, list_checkpoints
-    from ..train.loop import interrupt_line
+    from ..train.progress import interrupt_line
     from ..train.resume import finished, resume_config
 
     say = print if _rank_zero() and not args.quiet else (lambda *a, **k: None)

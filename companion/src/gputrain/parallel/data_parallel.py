@@ -156,9 +156,37 @@ def fsdp_check(
     fully_shard(model)  # the rest (embeddings, final norm) in the root group
     local_bytes = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
 
+    shard = slice(rank * global_batch // world, (rank + 1) * global_batch // world)
+    optimizer, ref_optimizer, losses, ref_losses = _train_beside(
+        model, reference, shard, global_batch, seq, steps, seed
+    )
+    optimizer_bytes = _state_bytes(optimizer, sharded=True)
+    ref_optimizer_bytes = _state_bytes(ref_optimizer, sharded=False)
+    print(
+        f"holds {local_bytes:,} of {full_bytes:,} parameter bytes ({local_bytes / full_bytes:.1%}), "
+        f"{optimizer_bytes:,} of {ref_optimizer_bytes:,} AdamW state bytes"
+    )
+    return {
+        "rank": rank,
+        "world": world,
+        "local_param_bytes": local_bytes,
+        "full_param_bytes": full_bytes,
+        "local_optimizer_bytes": optimizer_bytes,
+        "full_optimizer_bytes": ref_optimizer_bytes,
+        "losses": losses,
+        "ref_losses": ref_losses,
+    }
+
+
+def _train_beside(model, reference, shard: slice, global_batch: int, seq: int, steps: int, seed: int):
+    """AdamW steps on the sharded model (this rank's share of each batch) and on the whole reference copy.
+
+    Returns both optimizers and both per-step losses; the sharded loss is
+    averaged over the ranks, so it is the loss of the whole batch.
+    """
+    dev = next(reference.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
-    shard = slice(rank * global_batch // world, (rank + 1) * global_batch // world)
     losses, ref_losses = [], []
     for step in range(steps):
         x, y = _batch(global_batch, seq, seed + 100 + step)
@@ -175,29 +203,14 @@ def fsdp_check(
         ref_optimizer.step()
         ref_optimizer.zero_grad()
         ref_losses.append(ref_loss.item())
-    optimizer_bytes = sum(
-        t.to_local().numel() * t.element_size()
+    return optimizer, ref_optimizer, losses, ref_losses
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer, sharded: bool) -> int:
+    """Bytes of an optimizer's tensor states (not its scalar step counts): this rank's shards when ``sharded``."""
+    return sum(
+        (t.to_local() if sharded else t).numel() * t.element_size()
         for state in optimizer.state.values()
         for t in state.values()
         if isinstance(t, torch.Tensor) and t.dim() > 0
     )
-    ref_optimizer_bytes = sum(
-        t.numel() * t.element_size()
-        for state in ref_optimizer.state.values()
-        for t in state.values()
-        if isinstance(t, torch.Tensor) and t.dim() > 0
-    )
-    print(
-        f"holds {local_bytes:,} of {full_bytes:,} parameter bytes ({local_bytes / full_bytes:.1%}), "
-        f"{optimizer_bytes:,} of {ref_optimizer_bytes:,} AdamW state bytes"
-    )
-    return {
-        "rank": rank,
-        "world": world,
-        "local_param_bytes": local_bytes,
-        "full_param_bytes": full_bytes,
-        "local_optimizer_bytes": optimizer_bytes,
-        "full_optimizer_bytes": ref_optimizer_bytes,
-        "losses": losses,
-        "ref_losses": ref_losses,
-    }

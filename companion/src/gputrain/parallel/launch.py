@@ -165,6 +165,36 @@ def launch(
     dies, or if the launch takes longer than ``timeout`` seconds.
     Explained in chapter 8.
     """
+    backend = _check_launch(fn, nprocs, backend)
+    ctx = _context()
+    results = ctx.Queue()
+    port = free_port()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gputrain-launch-") as out_dir:
+        procs = [
+            ctx.Process(
+                target=_worker,
+                name=f"gputrain-rank-{rank}",
+                daemon=True,
+                args=(fn, rank, nprocs, args, backend, port, timeout, out_dir, results),
+            )
+            for rank in range(nprocs)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            values = _collect(procs, results, nprocs, t0 + timeout, out_dir)
+        finally:
+            _stop(procs)
+        outputs = [_read(Path(out_dir) / f"{r}.out") for r in range(nprocs)]
+    seconds = time.perf_counter() - t0
+    if show and any(o.strip() for o in outputs):
+        print(format_outputs(outputs))
+    return Results(values, outputs, seconds)
+
+
+def _check_launch(fn: Callable[..., Any], nprocs: int, backend: Optional[str]) -> str:
+    """One clear error for a launch that cannot work; the backend it will use."""
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
     if os.environ.get("GPUTRAIN_RANK") is not None:
@@ -180,37 +210,19 @@ def launch(
             f"backend='nccl' needs one GPU per process: {nprocs} processes, "
             f"{torch.cuda.device_count()} GPUs; use backend='gloo' or fewer processes"
         )
-    ctx = _context()
-    results = ctx.Queue()
-    port = free_port()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gputrain-launch-") as out_dir:
-        procs = []
-        for rank in range(nprocs):
-            p = ctx.Process(
-                target=_worker,
-                name=f"gputrain-rank-{rank}",
-                daemon=True,
-                args=(fn, rank, nprocs, args, backend, port, timeout, out_dir, results),
-            )
-            p.start()
-            procs.append(p)
-        try:
-            values = _collect(procs, results, nprocs, t0 + timeout, out_dir)
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join(timeout=5)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        outputs = [_read(Path(out_dir) / f"{r}.out") for r in range(nprocs)]
-    seconds = time.perf_counter() - t0
-    if show and any(o.strip() for o in outputs):
-        print(format_outputs(outputs))
-    return Results(values, outputs, seconds)
+    return backend
+
+
+def _stop(procs: list) -> None:
+    """End every rank still running (a launch that failed or timed out), killing those that ignore the request."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _read(path: Path) -> str:

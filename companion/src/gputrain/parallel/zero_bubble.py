@@ -64,34 +64,11 @@ def run_schedule(
     peak, sends = 0, []
     for kind, i in order:
         if kind == "F":
-            if s == 0:
-                x = xs_all[i].to(dev)
-            else:
-                x = torch.empty(batch // m, width, dtype=torch.float64, device=dev)
-                dist.recv(x, s - 1)
-                x.requires_grad_(True)
-            out, xs, ys = _forward(stage, x)
-            if s < p - 1:
-                sends.append(dist.isend(out.detach().contiguous(), s + 1))  # isend: the peer may be sending too
-            held[i] = {"x": x, "out": out, "xs": xs, "ys": ys}
+            held[i] = _forward_step(stage, xs_all[i], s, p, dev, sends)
             peak = max(peak, len(held))
         elif kind == "B":
-            h = held[i]
-            if s == p - 1:
-                root, grad_out = (h["out"] - targets[i].to(dev)).square().sum() / batch, None
-            else:
-                grad_out = torch.empty_like(h["out"])
-                dist.recv(grad_out, s + 1)
-                root = h["out"]
-            wanted = ([h["x"]] if s > 0 else []) + (h["ys"] if name == "ZB-H1" else list(stage.parameters()))
-            grads = torch.autograd.grad(root, wanted, grad_outputs=grad_out)
-            if s > 0:
-                sends.append(dist.isend(grads[0].contiguous(), s - 1))
-            rest = grads[1:] if s > 0 else grads
-            if name == "ZB-H1":
-                h["dys"] = rest  # dY of every layer: all W needs, with the stored X
-            else:
-                _accumulate(stage.parameters(), rest)
+            _backward_step(stage, held[i], targets[i], s, p, batch, name == "ZB-H1", sends)
+            if name != "ZB-H1":
                 del held[i]
         else:  # W: dW = dY^T X and db = sum(dY) per layer
             h = held.pop(i)
@@ -104,6 +81,40 @@ def run_schedule(
         "peak_in_flight": peak,
         "order": "".join(f"{k}{i}" for k, i in order),
     }
+
+
+def _forward_step(stage, x0: torch.Tensor, s: int, p: int, dev, sends: list) -> dict:
+    """F: the first stage reads its micro-batch, the others receive it; what the backward will need."""
+    if s == 0:
+        x = x0.to(dev)
+    else:
+        x = torch.empty(x0.shape, dtype=torch.float64, device=dev)
+        dist.recv(x, s - 1)
+        x.requires_grad_(True)
+    out, xs, ys = _forward(stage, x)
+    if s < p - 1:
+        sends.append(dist.isend(out.detach().contiguous(), s + 1))  # isend: the peer may be sending too
+    return {"x": x, "out": out, "xs": xs, "ys": ys}
+
+
+def _backward_step(stage, h: dict, target: torch.Tensor, s: int, p: int, batch: int, split: bool, sends: list) -> None:
+    """B: the input gradient goes to the previous stage; weight gradients now (1F1B) or kept for W (``split``)."""
+    dev = h["out"].device
+    if s == p - 1:
+        root, grad_out = (h["out"] - target.to(dev)).square().sum() / batch, None
+    else:
+        grad_out = torch.empty_like(h["out"])
+        dist.recv(grad_out, s + 1)
+        root = h["out"]
+    wanted = ([h["x"]] if s > 0 else []) + (h["ys"] if split else list(stage.parameters()))
+    grads = torch.autograd.grad(root, wanted, grad_outputs=grad_out)
+    if s > 0:
+        sends.append(dist.isend(grads[0].contiguous(), s - 1))
+    rest = grads[1:] if s > 0 else grads
+    if split:
+        h["dys"] = rest  # dY of every layer: all W needs, with the stored X
+    else:
+        _accumulate(stage.parameters(), rest)
 
 
 def _accumulate(params, grads) -> None:

@@ -59,6 +59,9 @@ def pytest_configure(config):
 
     if worker_threads() is not None:
         torch.set_num_threads(worker_threads())
+    # No test reaches the network: Hugging Face libraries (PEFT's, used to check LoRA) must not try either
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     config._gputrain_saved_cache = os.environ.get("GPUTRAIN_CACHE")
     config._gputrain_cache = tempfile.mkdtemp(prefix="gputrain_cache-")
     os.environ["GPUTRAIN_CACHE"] = config._gputrain_cache

@@ -3,8 +3,7 @@
 The module map (``/work/shared/DESIGN.md`` keeps the prose version) lists the
 top-level modules and packages of ``gputrain`` so that each imports only those
 before it. A module of more than ``MAX_MODULE_LINES`` lines or a function of
-more than ``MAX_FUNCTION_LINES`` is split along its seams (a module or function
-that has to wait is named below with its size, a ceiling that only comes down).
+more than ``MAX_FUNCTION_LINES`` is split along its seams.
 """
 
 from __future__ import annotations
@@ -25,10 +24,6 @@ MODULE_MAP = [
 ]  # fmt: skip
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# A module or function that must wait for its split is named here with its size, a ceiling that only comes
-# down; since issue 31 none has to.
-LARGE_MODULES: dict[str, int] = {}
-LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def top(module: str) -> str:
@@ -70,22 +65,11 @@ def test_modules_and_functions_a_reader_can_hold():
     big, long = {}, {}
     for name, path in modules().items():
         lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > max(MAX_MODULE_LINES, LARGE_MODULES.get(name, 0)):
+        if lines > MAX_MODULE_LINES:
             big[name] = lines
         for fn, n in function_lengths(path).items():
             key = f"{name}.{fn.split(':')[0]}"
-            if n > max(MAX_FUNCTION_LINES, LONG_FUNCTIONS.get(key, 0)):
+            if n > MAX_FUNCTION_LINES:
                 long[key] = n
-    assert not big, f"modules over {MAX_MODULE_LINES} lines (or over their ceiling): {big}; split them"
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (or over their ceiling): {long}; split them"
-
-
-def test_the_ceilings_are_not_stale():
-    # a module or function that shrank below its ceiling lowers it (or leaves the list)
-    sizes = {name: len(p.read_text(encoding="utf-8").splitlines()) for name, p in modules().items()}
-    lengths = {
-        f"{name}.{fn.split(':')[0]}": n for name, p in modules().items() for fn, n in function_lengths(p).items()
-    }
-    stale = {m: (c, sizes.get(m)) for m, c in LARGE_MODULES.items() if sizes.get(m, 0) != c}
-    stale |= {f: (c, lengths.get(f)) for f, c in LONG_FUNCTIONS.items() if lengths.get(f, 0) != c}
-    assert not stale, f"ceilings to update (ceiling, now): {stale}"
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}; split them"
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}; split them"

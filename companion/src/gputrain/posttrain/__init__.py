@@ -8,6 +8,11 @@
   :func:`merge_lora` folds the adapters in.
 * :func:`problems` draws arithmetic and Python-expression problems whose
   replies :func:`grade` marks exactly; train and test never share a problem.
+* :func:`generate_replies` answers many prompts at once with the KV cache,
+  greedy or sampled, grouped by length so that no padding changes a reply.
+* :func:`evaluate_task` scores a chat model, or a base model prompted with
+  few-shot train examples: greedy accuracy (Wilson interval) and the unbiased
+  :func:`pass_at_k` (bootstrap interval); :func:`combine_seeds` averages seeds.
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -15,6 +20,8 @@ import those above it, never one below::
     chat     ChatFormat, the loss mask, grow_vocab      (imports gputrain.data, gputrain.model)
     lora     LoRALinear, apply_lora, merge, counts      (imports gputrain.memory)
     tasks    Problem, problems, safe_eval, grade        (imports no sibling)
+    generation  generate_replies: batched, KV cache     (imports gputrain.model)
+    evaluate    pass@k, intervals, few-shot, evaluate_task  (imports gputrain.data, gputrain.model)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -30,6 +37,25 @@ from .chat import (
     grow_vocab,
     masked_cross_entropy,
 )
+from .evaluate import (
+    CONFIDENCE,
+    DEFAULT_KS,
+    DEFAULT_SHOTS,
+    NEWLINE,
+    Estimate,
+    TaskResult,
+    bootstrap_means,
+    combine_seeds,
+    evaluate_task,
+    few_shot_prompt,
+    mean_interval,
+    pass_at_k,
+    prompt_ids,
+    reply_text,
+    t_quantile,
+    wilson_interval,
+)
+from .generation import check_sampling, choose, generate_replies, sample_seed
 from .lora import (
     DEFAULT_TARGETS,
     LoRALinear,
@@ -92,4 +118,26 @@ __all__ = [
     "safe_eval",
     "python_problem",
     "problems",
+    # generation
+    "sample_seed",
+    "check_sampling",
+    "generate_replies",
+    "choose",
+    # evaluate
+    "DEFAULT_SHOTS",
+    "DEFAULT_KS",
+    "CONFIDENCE",
+    "NEWLINE",
+    "pass_at_k",
+    "Estimate",
+    "wilson_interval",
+    "bootstrap_means",
+    "t_quantile",
+    "mean_interval",
+    "few_shot_prompt",
+    "prompt_ids",
+    "reply_text",
+    "TaskResult",
+    "evaluate_task",
+    "combine_seeds",
 ]

@@ -15,8 +15,8 @@ module may import those above it, never one below::
     info      gputrain info
     memory    gputrain memory and the sizes it answers for
     train     gputrain train: flags checked before torch, a resume          (imports gputrain.cli_spec)
-    sample    gputrain sample: streamed bytes after a prompt
-    eval      gputrain eval: loss, perplexity, bits per byte
+    sample    gputrain sample: streamed bytes after a prompt, or a chat reply
+    eval      gputrain eval: loss, perplexity, bits per byte; a task's accuracy and pass@k
     plot      gputrain plot: a run's metrics.csv drawn
     bench     gputrain bench: the speed ladder and the loop's overhead
        |

@@ -60,6 +60,7 @@ CHOICES = {
     "compile_scope": ("gputrain.bench.config", "COMPILE_SCOPES"),
     "router": ("gputrain.moe", "ROUTERS"),
     "balance": ("gputrain.moe", "BALANCES"),
+    "task": ("gputrain.posttrain.tasks", "TASKS"),  # gputrain eval --task (chapter 12)
 }
 
 

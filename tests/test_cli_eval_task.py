@@ -4,11 +4,15 @@ import json
 
 import pytest
 import torch
+from helpers import run_cli, snapshot
 
 import gputrain.posttrain as posttrain
 from gputrain.cli import main
 from gputrain.model import GPT, GPTConfig
-from gputrain.posttrain import ChatFormat, evaluate_task, generate_replies, problems
+from gputrain.posttrain import ChatFormat, evaluate_task, finetune, generate_replies, load_chat_model, problems
+from gputrain.train import TrainConfig, train
+
+THREADS = {"OMP_NUM_THREADS": str(torch.get_num_threads())}  # the subprocesses compute as this one does
 
 
 def tiny(vocab_size):
@@ -96,3 +100,46 @@ def test_bad_input_is_one_line_exit_2(checkpoints, capsys, argv, message):
         code = exc.code
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+# --- on real checkpoints, through the command line ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A pretrained checkpoint and a chat checkpoint fine-tuned from it (a few steps: shapes, not skill)."""
+    root = tmp_path_factory.mktemp("evaltask")
+    text = root / "code.py"
+    text.write_text("def add(a, b):\n    return a + b\n\n" * 300)
+    shape = dict(n_layer=1, n_head=2, n_embd=32, block_size=64, batch_size=4, eval_interval=0, progress=False)
+    train(TrainConfig(**shape, data=str(text), max_steps=3, warmup_steps=1, checkpoint_dir=str(root / "base")))
+    records = [{"messages": p.messages()} for p in problems("arithmetic", 40, split="train", digits=1)]
+    finetune(str(root / "base"), records, max_steps=3, warmup_steps=1, eval_interval=0, progress=False,
+             batch_size=4, checkpoint_dir=str(root / "sft"))  # fmt: skip
+    return root
+
+
+def test_eval_task_and_sample_chat_on_checkpoints(trained):
+    sft, base = trained / "sft", trained / "base"
+    before = snapshot(trained)
+    out = run_cli("eval", "--task", "arithmetic", "--checkpoint", str(sft), "--problems", "6", "--samples", "4",
+                  "--digits", "1", "--json", env=THREADS)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    model, fmt = load_chat_model(sft)
+    want = evaluate_task(model, fmt, problems("arithmetic", 6, split="test", digits=1), samples=4, ks=(1, 2, 4),
+                         digits=1)  # fmt: skip
+    assert got["replies"] == want.replies and got["correct"] == want.correct and got["chat"]
+    out = run_cli("eval", "--task", "arithmetic", "--checkpoint", str(base), "--problems", "3", "--samples", "0",
+                  "--digits", "1", "--shots", "1", env=THREADS)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("arithmetic (base, 1-shot), 3 problems"), out.stderr
+    out = run_cli("sample", "--chat", "--checkpoint", str(sft), "--prompt", "What is 2 + 3?", "--temperature", "0",
+                  "--tokens", "8", env=THREADS)  # fmt: skip
+    ids = fmt.encode_prompt([{"role": "user", "content": "What is 2 + 3?"}])
+    assert out.returncode == 0 and out.stdout == fmt.reply(generate_replies(model, [ids], stop=fmt.end_id,
+                                                                            max_new_tokens=8)[0][0]) + "\n"  # fmt: skip
+    out = run_cli("sample", "--chat", "--checkpoint", str(base), "--prompt", "Hi")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"gputrain sft --from {base}" in out.stderr
+    out = run_cli("eval", "--checkpoint", str(base), "--max-batches", "1")  # the loss on text, as before
+    assert out.returncode == 0 and "bits/byte" in out.stdout, out.stderr
+    assert snapshot(trained) == before  # evaluating writes nothing

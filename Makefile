@@ -8,7 +8,7 @@
 #   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps record-posttrain
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -87,6 +87,11 @@ test: vendor browser-deps pdf-deps
 # the notebooks alone, failing any that runs over its 3-minute budget (make test only reports the times)
 bench-notebooks: setup
 	GPUTRAIN_ENFORCE_NOTEBOOK_LIMIT=1 $(PY) -m pytest -c tests/pytest.ini --rootdir=. $(NB) $(PYTEST_ARGS)
+
+# chapter 12's sweeps (base vs SFT, the synthetic-data curve, the forgetting ledger, the lr sweep) on one
+# thread: about 20 minutes on a quiet 2-core Xeon; the chapter reads book/results/posttrain_cpu.json
+record-posttrain: setup
+	OMP_NUM_THREADS=1 $(PY) bench/record_posttrain.py --out book/results/posttrain_cpu.json
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

@@ -28,6 +28,7 @@ import those above it, never one below::
     sft       finetune, load_chat_model, chat_model      (imports gputrain.train, chat, examples, lora)
     generation  generate_replies: batched, KV cache    (imports gputrain.model)
     evaluate  pass@k, intervals, few-shot, evaluate_task  (imports gputrain.data, gputrain.model, generation)
+    forgetting  text_bits_per_byte, energy_rank of updates  (imports gputrain.model, lora)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -62,6 +63,7 @@ from .evaluate import (
     wilson_interval,
 )
 from .examples import ChatExamples, encode_records, read_records, split_examples
+from .forgetting import energy_rank, text_bits_per_byte, update_ranks, weight_updates
 from .generation import check_sampling, choose, generate_replies, sample_seed
 from .lora import (
     DEFAULT_TARGETS,
@@ -171,4 +173,9 @@ __all__ = [
     "TaskResult",
     "evaluate_task",
     "combine_seeds",
+    # forgetting
+    "text_bits_per_byte",
+    "weight_updates",
+    "energy_rank",
+    "update_ranks",
 ]

@@ -35,6 +35,7 @@ import torch
 
 from gputrain.posttrain import (
     ChatFormat,
+    chat_model,
     evaluate_task,
     finetune,
     problems,
@@ -93,9 +94,11 @@ def one_run(name: str, base: Path, records, val_tokens, test, *, seed, lr, steps
     row.update(val_loss=result.val_losses[-1][1] if result.val_losses else None)
     row.update(trainable=sum(p.numel() for p in model.parameters() if p.requires_grad))
     row.update(bpb_after=text_bits_per_byte(model, val_tokens), score=score(model, ChatFormat(), test, seed, samples))
+    row.update(bpb_after_bytes_only=text_bits_per_byte(model, val_tokens, bytes_only=True))
     if keep is not None:
         keep[name] = model
-    print(f"  {name}: {seconds:.1f} s, greedy {row['score']['greedy']['value']:.3f}, bpb {row['bpb_after']:.4f}")
+    print(f"  {name}: {seconds:.1f} s, greedy {row['score']['greedy']['value']:.3f}, bpb {row['bpb_after']:.4f}"
+          f" ({row['bpb_after_bytes_only']:.4f} over the bytes alone)")  # fmt: skip
     return row
 
 
@@ -123,6 +126,8 @@ def main(argv=None) -> int:
 
         base_model = load_chat_model(base)[0]
         base_params = sum(p.numel() for p in base_model.parameters())
+        grown = chat_model(base_model, ChatFormat())  # the four reserved rows added, nothing trained yet
+        grown_bpb = text_bits_per_byte(grown, val_tokens)
         few_shot = [score(base_model, None, test, s, SAMPLES) for s in seeds]
         print(f"  base: bpb {base_bpb:.4f}, few-shot greedy {[f['greedy']['value'] for f in few_shot]}")
         runs, models = [], {}
@@ -140,9 +145,6 @@ def main(argv=None) -> int:
                 if lr != FULL_LR:
                     runs.append(one_run(f"lr{lr:g}-s{s}", base, records, val_tokens, test, seed=s, lr=lr,
                                         steps=steps))  # fmt: skip
-        from gputrain.posttrain import chat_model
-
-        grown = chat_model(base_model, ChatFormat())
         ranks90 = update_ranks(grown, models[f"full-s{seeds[0]}"], energy=0.9)
     data = dict(
         settings=dict(
@@ -155,7 +157,9 @@ def main(argv=None) -> int:
             samples=SAMPLES,
             quick=args.quick,
         ),  # fmt: skip
-        base=dict(bpb=base_bpb, seconds=round(base_seconds, 2), few_shot=few_shot, params=base_params),
+        base=dict(
+            bpb=base_bpb, bpb_grown=grown_bpb, seconds=round(base_seconds, 2), few_shot=few_shot, params=base_params
+        ),
         runs=runs,
         update_rank90=ranks90,
         wall_seconds=round(time.perf_counter() - t_start, 1),

@@ -36,6 +36,9 @@ def test_bits_per_byte_is_the_mean_cross_entropy_in_bits_over_every_window():
     nats = F.cross_entropy(logits.flatten(0, 1), tokens[1:81])
     assert text_bits_per_byte(model, tokens) == pytest.approx(nats.item() / math.log(2), rel=1e-6)
     assert text_bits_per_byte(model, tokens, max_windows=2) != text_bits_per_byte(model, tokens)
+    grown = chat_model(model, ChatFormat())  # four more logits: the bytes keep theirs, so only mass moves
+    assert text_bits_per_byte(grown, tokens, bytes_only=True) == pytest.approx(text_bits_per_byte(model, tokens))
+    assert text_bits_per_byte(grown, tokens) > text_bits_per_byte(model, tokens)
     with pytest.raises(ValueError, match="cannot fill one window"):
         text_bits_per_byte(model, tokens[:10])
 

@@ -16,18 +16,23 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..model import GPT
 from .lora import DEFAULT_TARGETS, lora_layers, matches
 
 
 @torch.no_grad()
-def text_bits_per_byte(model: GPT, tokens: torch.Tensor, window: int = 0, max_windows: int = 256) -> float:
+def text_bits_per_byte(
+    model: GPT, tokens: torch.Tensor, window: int = 0, max_windows: int = 256, bytes_only: bool = False
+) -> float:
     """Mean bits per byte of ``model`` predicting ``tokens`` (N,) byte ids, in non-overlapping windows.
 
     ``window``: tokens per window (default: the model's context); at most
     ``max_windows`` windows from the start are scored.  Every target is a byte,
-    so a model with reserved tokens pays for any probability it gives them.
+    so a model with reserved tokens pays for any probability it gives them;
+    ``bytes_only`` renormalises over the 256 byte logits instead, which asks
+    only how well it still ranks the bytes against each other.
     """
     T = window or model.cfg.block_size
     n = min((len(tokens) - 1) // T, max_windows)
@@ -39,8 +44,11 @@ def text_bits_per_byte(model: GPT, tokens: torch.Tensor, window: int = 0, max_wi
     model.eval()
     total = 0.0
     for start in range(0, n, 32):
-        _, loss = model(x[start : start + 32], y[start : start + 32])  # mean nats over the batch's targets
-        total += loss.item() * y[start : start + 32].numel()
+        logits = model(x[start : start + 32])[0].float()  # (b, T, V)
+        if bytes_only:
+            logits = logits[..., :256]
+        loss = F.cross_entropy(logits.flatten(0, 1), y[start : start + 32].flatten(), reduction="sum")
+        total += loss.item()
     model.train(was)
     return total / (n * T) / math.log(2)
 

@@ -18,7 +18,7 @@ What both sides get (prepared once, in a temporary folder):
   tokens after 255 in gputrain's order) and a chat template that writes gputrain's chat format
   (``<|user|>...<|end|><|assistant|>...<|end|>``) with ``{% generation %}`` around the reply: the
   token ids are the same on both sides.  Nothing is downloaded (``HF_HUB_OFFLINE=1``).
-- the recipe: batch 16, the same steps, AdamW lr 1e-3 (betas 0.9/0.95, weight decay 0.1), warmup 5
+- the recipe: batch 16, the same steps, AdamW (lr 1e-3, LoRA 3e-3, betas 0.9/0.95, no weight decay), warmup 5
   then cosine to a tenth, gradient clipping at 1.0, fp32, seed 0, one thread, no evaluation, loss on the
   assistant's tokens only (TRL: ``assistant_only_loss=True``); LoRA rows: rank 8, alpha 16, dropout 0,
   on the attention and MLP linears (gputrain's ``DEFAULT_TARGETS``; PEFT: ``c_attn``, ``c_proj``,
@@ -58,9 +58,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
-RECIPE = {"batch_size": 16, "lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "warmup_steps": 5}
+RECIPE = {"batch_size": 16, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.0, "warmup_steps": 5}
 RECIPE |= {"min_lr_ratio": 0.1, "grad_clip": 1.0, "seed": 0}
 MODES = {"full": 0, "lora": 8}  # LoRA rank per row (0: full fine-tuning)
+LR = {"full": 1e-3, "lora": 3e-3}  # gputrain sft's defaults (LoRA's adapters start at zero: a larger step)
 LORA_ALPHA = 16.0
 PEFT_TARGETS = ("c_attn", "c_proj", "c_fc")  # GPT-2's names for gputrain's attn.qkv, attn.proj, mlp.fc, mlp.proj
 SIDES = ("gputrain", "trl")
@@ -71,6 +72,8 @@ TEMPLATE = (
     "{% else %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+TASK = {"seed": 0, "digits": 3, "ops": ("+", "-", "*")}  # problems("arithmetic", n, split="train", **TASK)
+VAL_FRACTION = 1e-6  # gputrain's smallest hold-out: one example (never evaluated: eval_interval 0)
 BASE_STEPS, SKIP = 40, 5  # steps of the base's pretraining; optimizer steps left out of the timing
 DEFAULT_OUT = ROOT / "book" / "results" / "sft_vs_trl_cpu.json"
 
@@ -78,25 +81,33 @@ DEFAULT_OUT = ROOT / "book" / "results" / "sft_vs_trl_cpu.json"
 # --- what both sides get ------------------------------------------------------------------------
 
 
-def write_data(path: Path, n: int) -> list[int]:
-    """n arithmetic chat turns as JSONL; returns each conversation's length in tokens."""
-    from gputrain.posttrain import ChatFormat, problems
+def write_data(work: Path, n: int) -> dict:
+    """n + 1 arithmetic chat turns for gputrain, the n it trains on for TRL, as JSONL; the paths and token counts.
 
-    fmt, lengths = ChatFormat(), []
-    with open(path, "w") as f:
-        for p in problems("arithmetic", n, split="train", seed=0, digits=3, ops=("+", "-", "*")):
-            f.write(json.dumps({"messages": p.messages()}) + "\n")
-            lengths.append(len(fmt.encode(p.messages()).ids))
-    return lengths
+    ``gputrain sft`` holds out at least one example for validation (its ``val_fraction`` must be > 0;
+    with ``eval_interval`` 0 it never evaluates it); TRL's file leaves out that one, found by
+    gputrain's own seeded split, so both train on the same n conversations, one pass each.
+    """
+    from gputrain.posttrain import ChatFormat, problems, split_examples
+
+    fmt = ChatFormat()
+    records = [{"messages": p.messages()} for p in problems("arithmetic", n + 1, split="train", **TASK)]
+    kept = sorted(split_examples(list(range(n + 1)), VAL_FRACTION, RECIPE["seed"])[0])
+    paths = {"gputrain": work / "gputrain.jsonl", "trl": work / "trl.jsonl"}
+    paths["gputrain"].write_text("".join(json.dumps(r) + "\n" for r in records))
+    paths["trl"].write_text("".join(json.dumps(records[i]) + "\n" for i in kept))
+    lengths = [len(fmt.encode(r["messages"]).ids) for r in records]
+    return {"data": {k: str(v) for k, v in paths.items()}, "lengths": [lengths[i] for i in kept],
+            "gputrain_length": max(lengths) - 1}  # fmt: skip
 
 
-def pretrain_base(folder: Path) -> Path:
+def pretrain_base(folder: Path, steps: int) -> Path:
     """A short gputrain train run: the pretrained base both sides fine-tune; returns its checkpoint."""
     from gputrain.train import TrainConfig, train
 
     cfg = TrainConfig(
-        **SHAPE, max_steps=BASE_STEPS, batch_size=16, corpus_bytes=200_000, eval_interval=0,
-        checkpoint_dir=str(folder), progress=False, cache_dir="none",
+        **SHAPE, max_steps=steps, warmup_steps=min(20, steps // 2), batch_size=16, corpus_bytes=200_000,
+        eval_interval=0, checkpoint_dir=str(folder), progress=False, cache_dir="none",
     )  # fmt: skip
     return train(cfg).checkpoint
 
@@ -168,31 +179,56 @@ def rss_mib(field: str) -> float:
     return float("nan")
 
 
+class Meter:
+    """What a run records per optimizer step: the batch's tokens and positions, the end time (wall and CPU)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.stamps, self.tokens, self.positions, self.losses = steps, [], [], [], []
+        self.rss_start, self.rss_train_peak = rss_mib("VmRSS"), float("nan")  # after the imports, before the model
+
+    def batch(self, tokens: int, positions: int) -> None:
+        self.tokens.append(tokens)
+        self.positions.append(positions)
+
+    def step_done(self) -> None:
+        self.stamps.append((time.perf_counter(), time.process_time()))
+        if len(self.stamps) == self.steps:  # the peak of the training itself, before any saving or exit
+            self.rss_train_peak = rss_mib("VmHWM")
+
+    def record(self, model) -> dict:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        out = {"stamps": self.stamps, "tokens": self.tokens, "positions": self.positions, "losses": self.losses}
+        return out | {
+            "trainable": trainable,
+            "rss_start_mib": self.rss_start,
+            "rss_train_peak_mib": self.rss_train_peak,
+        }
+
+
 def run_gputrain(spec: dict) -> dict:
     """gputrain's fine-tuning (``gputrain.posttrain.finetune``, what ``gputrain sft`` runs), every step stamped."""
     import gputrain.train.loop as loop
     from gputrain.posttrain import IGNORE, finetune
 
-    stamps, tokens, inner = [], [], loop.train_step
+    meter, inner = Meter(spec["steps"]), loop.train_step
 
     def stamped(model, micro, *args, **kwargs):  # the loop's step: the batch in, the update done
-        tokens.append(sum(int(conversation_lengths(y, IGNORE).sum()) for _, y in micro))
+        meter.batch(sum(int(conversation_lengths(y, IGNORE).sum()) for _, y in micro), sum(x.numel() for x, _ in micro))
         out = inner(model, micro, *args, **kwargs)
-        stamps.append(time.perf_counter())
+        meter.step_done()
         return out
 
     loop.train_step = stamped
     r = spec["recipe"]
-    rss_start = rss_mib("VmRSS")
     result = finetune(
         spec["base"], spec["data"], lora_rank=spec["rank"], lora_alpha=spec["alpha"], checkpoint_dir=spec["ckpt"],
         max_steps=spec["steps"], batch_size=r["batch_size"], lr=r["lr"], beta1=r["beta1"], beta2=r["beta2"],
         weight_decay=r["weight_decay"], warmup_steps=r["warmup_steps"], schedule="cosine",
-        min_lr_ratio=r["min_lr_ratio"], grad_clip=r["grad_clip"], seed=r["seed"], eval_interval=0, progress=False,
+        min_lr_ratio=r["min_lr_ratio"], grad_clip=r["grad_clip"], seed=r["seed"], val_fraction=VAL_FRACTION,
+        eval_interval=0, progress=False,
     )  # fmt: skip
-    trainable = sum(p.numel() for p in result.model.parameters() if p.requires_grad)
-    return {"stamps": stamps, "tokens": tokens, "losses": list(result.losses), "trainable": trainable,
-            "rss_start_mib": rss_start}  # fmt: skip
+    meter.losses = list(result.losses)
+    return meter.record(result.model)
 
 
 def conversation_lengths(y, ignore: int):
@@ -210,22 +246,21 @@ def run_trl(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    stamps, tokens, losses = [], [], []
+    meter = Meter(spec["steps"])
 
     class Stamp(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            stamps.append(time.perf_counter())
+        def on_step_end(self, args, state, control, **kwargs):  # after the optimizer step and zero_grad
+            meter.step_done()
 
     class Counted(SFTTrainer):
         def training_step(self, model, inputs, num_items_in_batch=None):
-            tokens.append(int(inputs["attention_mask"].sum()))
+            meter.batch(int(inputs["attention_mask"].sum()), inputs["input_ids"].numel())
             loss = super().training_step(model, inputs, num_items_in_batch)
-            losses.append(float(loss))
+            meter.losses.append(float(loss))
             return loss
 
     r = spec["recipe"]
     rows = [json.loads(line) for line in Path(spec["data"]).read_text().splitlines()]
-    rss_start = rss_mib("VmRSS")
     model = AutoModelForCausalLM.from_pretrained(spec["hf"])
     args = SFTConfig(
         output_dir=spec["ckpt"], max_steps=spec["steps"], per_device_train_batch_size=r["batch_size"],
@@ -249,8 +284,7 @@ def run_trl(spec: dict) -> dict:
         processing_class=AutoTokenizer.from_pretrained(spec["hf"]), peft_config=peft_config, callbacks=[Stamp()],
     )  # fmt: skip
     trainer.train()
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    return {"stamps": stamps, "tokens": tokens, "losses": losses, "trainable": trainable, "rss_start_mib": rss_start}
+    return meter.record(trainer.model)
 
 
 def child(side: str, spec_path: str) -> int:
@@ -268,15 +302,14 @@ def child(side: str, spec_path: str) -> int:
 # --- the comparison -----------------------------------------------------------------------------
 
 
-def prepare(work: Path, steps: int) -> dict:
+def prepare(work: Path, steps: int, base_steps: int) -> dict:
     """The data, the base checkpoint and its transformers twin, in ``work``; what every run's spec shares."""
-    data = work / "arithmetic.jsonl"
-    lengths = write_data(data, RECIPE["batch_size"] * steps)
-    base = pretrain_base(work / "base")
+    shared = write_data(work, RECIPE["batch_size"] * steps)
+    base = pretrain_base(work / "base", base_steps)
     diff = hf_model(base, work / "hf", vocab_size=256 + len(SPECIAL))
     if diff > 1e-4:
         sys.exit(f"sft_vs_trl: the GPT-2 twin's logits differ from the base's by {diff:.3g}; the weights did not map")
-    return {"data": str(data), "base": str(base), "hf": str(work / "hf"), "lengths": lengths, "logit_diff": diff}
+    return shared | {"base": str(base), "hf": str(work / "hf"), "logit_diff": diff}
 
 
 def one_run(side: str, mode: str, steps: int, shared: dict, work: Path, n: int) -> dict:
@@ -285,22 +318,25 @@ def one_run(side: str, mode: str, steps: int, shared: dict, work: Path, n: int) 
 
     folder = work / f"{side}-{mode}-{n}"
     folder.mkdir()
-    spec = {"rank": MODES[mode], "alpha": LORA_ALPHA, "steps": steps, "recipe": RECIPE, "ckpt": str(folder / "ckpt")}
-    spec |= {k: shared[k] for k in ("data", "base", "hf")} | {"result": str(folder / "result.json")}
+    spec = {"rank": MODES[mode], "alpha": LORA_ALPHA, "steps": steps, "ckpt": str(folder / "ckpt")}
+    spec["recipe"] = RECIPE | {"lr": LR[mode]}
+    spec |= {k: shared[k] for k in ("base", "hf")} | {"data": shared["data"][side]}
+    spec |= {"result": str(folder / "result.json")}
     (folder / "spec.json").write_text(json.dumps(spec))
     try:
         cost = process_cost([sys.executable, str(Path(__file__).resolve()), "--child", side, str(folder / "spec.json")])
     except RuntimeError as exc:
         sys.exit(f"sft_vs_trl: the {side} {mode} run failed: {exc}")
     got = json.loads((folder / "result.json").read_text())
-    stamps, tokens = got.pop("stamps"), got.pop("tokens")
+    stamps, tokens, positions = got.pop("stamps"), got.pop("tokens"), got.pop("positions")
     if len(stamps) != steps or len(tokens) != steps:
         sys.exit(f"sft_vs_trl: the {side} {mode} run stamped {len(stamps)} steps of {steps}; its loop changed")
-    skip = min(SKIP, steps - 1)
-    seconds = stamps[-1] - stamps[skip - 1] if skip else stamps[-1] - stamps[0]
-    counted = sum(tokens[skip:]) if skip else sum(tokens[1:])
-    got |= {"tokens_per_s": counted / seconds, "timed_steps": steps - max(skip, 1), "timed_tokens": counted}
-    got |= {"step_ms": 1000 * seconds / (steps - max(skip, 1)), "tokens": sum(tokens), "rss_mib": cost["rss_mib"]}
+    wall, cpu = (stamps[-1][i] - stamps[SKIP - 1][i] for i in (0, 1))  # from the end of step SKIP to the last
+    counted, timed = sum(tokens[SKIP:]), steps - SKIP
+    got |= {"tokens_per_s": counted / wall, "tokens_per_cpu_s": counted / cpu, "step_ms": 1000 * wall / timed}
+    got |= {"step_cpu_ms": 1000 * cpu / timed, "timed_steps": timed, "timed_tokens": counted, "tokens": sum(tokens)}
+    got["rss_mib"] = cost["rss_mib"]
+    got["padding_share"] = 1 - sum(tokens) / sum(positions)  # of the positions the model ran on
     return got | {"wall_s": cost["wall_s"], "cpu_s": cost["cpu_s"], "load1": os.getloadavg()[0]}
 
 
@@ -314,27 +350,31 @@ def summarize(runs: dict) -> dict:
             row[side] = {
                 k: {"median": statistics.median(r[k] for r in rs), "min": min(r[k] for r in rs),
                     "max": max(r[k] for r in rs)}
-                for k in ("tokens_per_s", "step_ms", "rss_mib", "rss_start_mib", "rss_peak_mib", "wall_s")
+                for k in ("tokens_per_s", "tokens_per_cpu_s", "step_ms", "step_cpu_ms", "rss_mib", "rss_start_mib",
+                          "rss_train_peak_mib", "rss_peak_mib", "wall_s")
             }  # fmt: skip
             row[side]["trainable"] = rs[0]["trainable"]
         g, t = row["gputrain"], row["trl"]
-        row["ratio"] = {k: g[k]["median"] / t[k]["median"] for k in ("tokens_per_s", "rss_mib")}
+        row["ratio"] = {k: g[k]["median"] / t[k]["median"] for k in ("tokens_per_s", "tokens_per_cpu_s", "rss_mib")}
         table[mode] = row
     return table
 
 
 def print_table(table: dict, repeats: int) -> None:
-    print(f"\nmedians of {repeats} alternated runs each, one thread; tokens/s over the timed steps")
-    print(f"{'mode':6} {'side':9} {'tokens/s':>9} {'ms/step':>8} {'peak RSS MiB':>13} {'trainable':>10}")
+    print(f"\nmedians of {repeats} alternated runs each, one thread; tokens of the timed steps per wall / CPU second")
+    head = ("tokens/s", "/CPU s", "ms/step", "peak MiB", "training", "at start", "run s", "trainable")
+    print(f"{'mode':5} {'side':9}" + "".join(f"{h:>10}" for h in head))
     for mode, row in table.items():
         for side in SIDES:
             s = row[side]
-            print(
-                f"{mode:6} {side:9} {s['tokens_per_s']['median']:9.0f} {s['step_ms']['median']:8.1f} "
-                f"{s['rss_mib']['median']:13.0f} {s['trainable']:10,}"
-            )
+            cells = [s[k]["median"] for k in ("tokens_per_s", "tokens_per_cpu_s", "step_ms", "rss_mib")]
+            cells += [s[k]["median"] for k in ("rss_train_peak_mib", "rss_start_mib", "wall_s")]
+            print(f"{mode:5} {side:9}" + "".join(f"{c:10.1f}" for c in cells) + f"{s['trainable']:10,}")
         r = row["ratio"]
-        print(f"{mode:6} gputrain/TRL: tokens/s x{r['tokens_per_s']:.2f}, peak RSS x{r['rss_mib']:.2f}")
+        print(
+            f"{mode:5} gputrain/TRL: tokens/s x{r['tokens_per_s']:.2f} (per CPU second x{r['tokens_per_cpu_s']:.2f}), "
+            f"peak RSS x{r['rss_mib']:.2f}"
+        )
 
 
 def versions() -> dict:
@@ -350,14 +390,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="alternated runs of each side per mode (default 5)")
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run (default 60)")
-    parser.add_argument("--quick", action="store_true", help="12 steps, 1 repeat: a check that it all runs")
+    parser.add_argument(
+        "--base-steps", type=int, default=BASE_STEPS, help=f"the base's pretraining steps ({BASE_STEPS})"
+    )
+    parser.add_argument("--quick", action="store_true", help="8 steps, 1 repeat, a 10-step base: a check")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON written (default {DEFAULT_OUT})")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(*args.child)
     if args.quick:
-        args.repeats, args.steps = 1, 12
+        args.repeats, args.steps, args.base_steps = 1, 8, 10
     if args.repeats < 1 or args.steps < SKIP + 2:
         parser.error(f"need --repeats >= 1 and --steps >= {SKIP + 2}; got {args.repeats} and {args.steps}")
     try:
@@ -370,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {mode: {side: [] for side in SIDES} for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="sft_vs_trl-") as tmp:
         work = Path(tmp)
-        shared = prepare(work, args.steps)
+        shared = prepare(work, args.steps, args.base_steps)
         for i in range(args.repeats):
             for mode in MODES:
                 for side in SIDES if i % 2 == 0 else SIDES[::-1]:
@@ -395,14 +438,16 @@ def record(args, shared: dict, runs: dict, table: dict) -> None:
     lengths = shared["lengths"]
     data = {
         "table": table, "runs": runs, "steps": args.steps, "repeats": args.repeats, "skipped_steps": SKIP,
-        "shape": SHAPE, "vocab_size": 256 + len(SPECIAL), "recipe": RECIPE, "lora": {"rank": MODES["lora"],
+        "shape": SHAPE, "vocab_size": 256 + len(SPECIAL), "recipe": RECIPE | {"lr": LR}, "lora": {"rank": MODES["lora"],
         "alpha": LORA_ALPHA, "gputrain_targets": "DEFAULT_TARGETS", "peft_targets": list(PEFT_TARGETS)},
         "data": {"task": "arithmetic", "digits": 3, "ops": "+-*", "examples": len(lengths),
                  "tokens_min": min(lengths), "tokens_max": max(lengths), "tokens_mean": statistics.mean(lengths),
                  "tokens_total": sum(lengths)},
-        "base": f"gputrain train, {BASE_STEPS} steps on stdlib text", "logit_diff_gpt2_twin": shared["logit_diff"],
+        "base": f"gputrain train, {args.base_steps} steps on stdlib text", "logit_diff_gpt2_twin": shared["logit_diff"],
         "tokens_counted": "the conversations' tokens (N per conversation of N ids), never padding",
         "trl_padding": "right, to the longest conversation of each batch, with an attention mask",
+        "gputrain_padding": f"every example to the longest of the data set ({shared['gputrain_length']} inputs), "
+        "inputs with <|end|>, targets with IGNORE; no attention mask (causal: a real token never sees a pad)",
         "cpu": cpu_name(), "cores": os.cpu_count(), "threads": 1, "versions": versions(),
     }  # fmt: skip
     write_result(args.out, data, command=shlex.join(["python", "bench/sft_vs_trl.py", *sys.argv[1:]]))

@@ -32,7 +32,7 @@ def test_quick_run_trains_both_sides_on_the_same_tokens(tmp_path):
             (run,) = data["runs"][mode][side]  # --quick: one run of each
             assert run["threads"] == 1 and run["timed_steps"] == data["steps"] - data["skipped_steps"]
             assert run["tokens"] == data["data"]["tokens_total"], (mode, side)  # one pass over the same tokens
-            assert run["losses"][0] > max(run["losses"][-3:]), (mode, side, run["losses"])  # it learned
+            assert run["losses"][0] > max(run["losses"][-2:]), (mode, side, run["losses"])  # it learned
             assert run["tokens_per_s"] > 0 and run["rss_mib"] >= run["rss_start_mib"] > 0
             assert row[side]["tokens_per_s"]["median"] == run["tokens_per_s"]
         assert row["ratio"]["tokens_per_s"] == row["gputrain"]["tokens_per_s"]["median"] / run["tokens_per_s"]
@@ -40,7 +40,7 @@ def test_quick_run_trains_both_sides_on_the_same_tokens(tmp_path):
     assert lora["gputrain"]["trainable"] == lora["trl"]["trainable"] < full["trl"]["trainable"]  # same adapters
     lines = out.stdout.splitlines()
     assert [line.split()[3] for line in lines if line.startswith("repeat 1")] == ["gputrain", "trl"] * 2
-    assert any(line.startswith("full   gputrain/TRL: tokens/s x") for line in lines)
+    assert any(line.startswith("full  gputrain/TRL: tokens/s x") for line in lines)
 
 
 def test_bad_arguments_are_one_line_and_exit_2():

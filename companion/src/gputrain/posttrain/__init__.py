@@ -6,15 +6,21 @@
 * :func:`apply_lora` wraps the GPT's linear layers in :class:`LoRALinear`
   (a frozen W plus a trainable (alpha / r) B A), checked against PEFT;
   :func:`merge_lora` folds the adapters in.
+* :func:`finetune` runs supervised fine-tuning on the training loop itself
+  (:func:`gputrain.train.train`): examples from JSONL
+  (:mod:`~gputrain.posttrain.examples`), full or LoRA; :func:`load_chat_model`
+  loads what it saved.
 * :func:`problems` draws arithmetic and Python-expression problems whose
   replies :func:`grade` marks exactly; train and test never share a problem.
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
 
-    chat     ChatFormat, the loss mask, grow_vocab      (imports gputrain.data, gputrain.model)
-    lora     LoRALinear, apply_lora, merge, counts      (imports gputrain.memory)
-    tasks    Problem, problems, safe_eval, grade        (imports no sibling)
+    chat      ChatFormat, the loss mask, grow_vocab      (imports gputrain.data, gputrain.model)
+    lora      LoRALinear, apply_lora, merge, counts      (imports gputrain.memory)
+    tasks     Problem, problems, safe_eval, grade        (imports no sibling)
+    examples  read_records, ChatExamples: padded (x, y)  (imports chat)
+    sft       finetune, load_chat_model, chat_model      (imports gputrain.train, chat, examples, lora)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -30,6 +36,7 @@ from .chat import (
     grow_vocab,
     masked_cross_entropy,
 )
+from .examples import ChatExamples, encode_records, read_records, split_examples
 from .lora import (
     DEFAULT_TARGETS,
     LoRALinear,
@@ -42,6 +49,16 @@ from .lora import (
     merge_lora,
     unload_lora,
     unmerge_lora,
+)
+from .sft import (
+    CHAT_FORMAT,
+    LORA_LR,
+    SFT_DEFAULTS,
+    chat_data,
+    chat_model,
+    finetune,
+    load_chat_model,
+    model_from_config,
 )
 from .tasks import (
     ANSWER_PREFIX,
@@ -92,4 +109,18 @@ __all__ = [
     "safe_eval",
     "python_problem",
     "problems",
+    # examples
+    "read_records",
+    "encode_records",
+    "split_examples",
+    "ChatExamples",
+    # sft
+    "CHAT_FORMAT",
+    "SFT_DEFAULTS",
+    "LORA_LR",
+    "chat_model",
+    "model_from_config",
+    "load_chat_model",
+    "finetune",
+    "chat_data",
 ]

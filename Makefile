@@ -89,7 +89,7 @@ bench-notebooks: setup
 	GPUTRAIN_ENFORCE_NOTEBOOK_LIMIT=1 $(PY) -m pytest -c tests/pytest.ini --rootdir=. $(NB) $(PYTEST_ARGS)
 
 # chapter 12's speed table: gputrain sft against TRL's SFTTrainer (PEFT for LoRA), one thread, runs alternated;
-# about 5 minutes on a 2-core CPU. Writes book/results/sft_vs_trl_cpu.json (SFT_OUT=... elsewhere)
+# about 6-9 minutes on the 2-core CPU. Writes book/results/sft_vs_trl_cpu.json (SFT_OUT=... elsewhere)
 SFT_OUT ?= book/results/sft_vs_trl_cpu.json
 bench-sft: setup
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) bench/sft_vs_trl.py --out $(SFT_OUT)

@@ -1,6 +1,6 @@
 """gputrain sft against TRL's SFTTrainer on the CPU: tokens/s and peak memory, runs alternated (issue 32).
 
-    python bench/sft_vs_trl.py [--repeats 5] [--steps 60] [--out book/results/sft_vs_trl_cpu.json]
+    python bench/sft_vs_trl.py [--repeats 6] [--steps 100] [--out book/results/sft_vs_trl_cpu.json]
     python bench/sft_vs_trl.py --quick --out /tmp/q.json        # a few steps, one repeat: the test's run
 
 What both sides get (prepared once, in a temporary folder):
@@ -319,7 +319,7 @@ def one_run(side: str, mode: str, steps: int, shared: dict, work: Path, n: int) 
     folder = work / f"{side}-{mode}-{n}"
     folder.mkdir()
     spec = {"rank": MODES[mode], "alpha": LORA_ALPHA, "steps": steps, "ckpt": str(folder / "ckpt")}
-    spec["recipe"] = RECIPE | {"lr": LR[mode]}
+    spec["recipe"] = shared["recipe"] | {"lr": LR[mode]}
     spec |= {k: shared[k] for k in ("base", "hf")} | {"data": shared["data"][side]}
     spec |= {"result": str(folder / "result.json")}
     (folder / "spec.json").write_text(json.dumps(spec))
@@ -388,12 +388,12 @@ def versions() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="alternated runs of each side per mode (default 5)")
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run (default 60)")
+    parser.add_argument("--repeats", type=int, default=6, help="alternated runs of each side per mode (default 6)")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default 100)")
     parser.add_argument(
         "--base-steps", type=int, default=BASE_STEPS, help=f"the base's pretraining steps ({BASE_STEPS})"
     )
-    parser.add_argument("--quick", action="store_true", help="8 steps, 1 repeat, a 10-step base: a check")
+    parser.add_argument("--quick", action="store_true", help="8 steps (warmup 2), 1 repeat, a 10-step base")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON written (default {DEFAULT_OUT})")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sft_vs_trl-") as tmp:
         work = Path(tmp)
         shared = prepare(work, args.steps, args.base_steps)
+        shared["recipe"] = RECIPE | ({"warmup_steps": 2} if args.quick else {})  # --quick: learn within 8 steps
         for i in range(args.repeats):
             for mode in MODES:
                 for side in SIDES if i % 2 == 0 else SIDES[::-1]:
@@ -438,8 +439,9 @@ def record(args, shared: dict, runs: dict, table: dict) -> None:
     lengths = shared["lengths"]
     data = {
         "table": table, "runs": runs, "steps": args.steps, "repeats": args.repeats, "skipped_steps": SKIP,
-        "shape": SHAPE, "vocab_size": 256 + len(SPECIAL), "recipe": RECIPE | {"lr": LR}, "lora": {"rank": MODES["lora"],
-        "alpha": LORA_ALPHA, "gputrain_targets": "DEFAULT_TARGETS", "peft_targets": list(PEFT_TARGETS)},
+        "shape": SHAPE, "vocab_size": 256 + len(SPECIAL), "recipe": shared["recipe"] | {"lr": LR},
+        "lora": {"rank": MODES["lora"], "alpha": LORA_ALPHA, "gputrain_targets": "DEFAULT_TARGETS",
+                 "peft_targets": list(PEFT_TARGETS)},
         "data": {"task": "arithmetic", "digits": 3, "ops": "+-*", "examples": len(lengths),
                  "tokens_min": min(lengths), "tokens_max": max(lengths), "tokens_mean": statistics.mean(lengths),
                  "tokens_total": sum(lengths)},

@@ -24,7 +24,8 @@ What both sides get (prepared once, in a temporary folder):
   on the attention and MLP linears (gputrain's ``DEFAULT_TARGETS``; PEFT: ``c_attn``, ``c_proj``,
   ``c_fc``).  TRL's defaults that would change the work are set to gputrain's: ``bf16=False``,
   ``activation_checkpointing=False`` (TRL's SFT turns it on; gputrain recomputes nothing by default), no
-  saving, no report.
+  saving, no report.  Each keeps its own AdamW implementation (TRL's default ``adamw_torch_fused``;
+  gputrain's unfused ``torch.optim.AdamW`` on a CPU): the JSON records which ran.
 
 Sequence handling: TRL's collator pads each batch on the right to its longest conversation and passes an
 attention mask; gputrain pads as its SFT data does (the JSON records how: see ``gputrain_padding``).
@@ -195,10 +196,13 @@ class Meter:
         if len(self.stamps) == self.steps:  # the peak of the training itself, before any saving or exit
             self.rss_train_peak = rss_mib("VmHWM")
 
-    def record(self, model) -> dict:
+    def record(self, model, optimizer) -> dict:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        inner = getattr(optimizer, "optimizer", optimizer)  # under Accelerate's wrapper
+        flags = {k: inner.defaults.get(k) for k in ("fused", "foreach")}
         out = {"stamps": self.stamps, "tokens": self.tokens, "positions": self.positions, "losses": self.losses}
         return out | {
+            "optimizer": f"{type(inner).__module__}.{type(inner).__name__} {flags}",
             "trainable": trainable,
             "rss_start_mib": self.rss_start,
             "rss_train_peak_mib": self.rss_train_peak,
@@ -210,11 +214,12 @@ def run_gputrain(spec: dict) -> dict:
     import gputrain.train.loop as loop
     from gputrain.posttrain import IGNORE, finetune
 
-    meter, inner = Meter(spec["steps"]), loop.train_step
+    meter, inner, used = Meter(spec["steps"]), loop.train_step, []
 
-    def stamped(model, micro, *args, **kwargs):  # the loop's step: the batch in, the update done
+    def stamped(model, micro, optimizer, *args, **kwargs):  # the loop's step: the batch in, the update done
         meter.batch(sum(int(conversation_lengths(y, IGNORE).sum()) for _, y in micro), sum(x.numel() for x, _ in micro))
-        out = inner(model, micro, *args, **kwargs)
+        used[:] = [optimizer]
+        out = inner(model, micro, optimizer, *args, **kwargs)
         meter.step_done()
         return out
 
@@ -228,7 +233,7 @@ def run_gputrain(spec: dict) -> dict:
         eval_interval=0, progress=False,
     )  # fmt: skip
     meter.losses = list(result.losses)
-    return meter.record(result.model)
+    return meter.record(result.model, used[0])
 
 
 def conversation_lengths(y, ignore: int):
@@ -284,7 +289,7 @@ def run_trl(spec: dict) -> dict:
         processing_class=AutoTokenizer.from_pretrained(spec["hf"]), peft_config=peft_config, callbacks=[Stamp()],
     )  # fmt: skip
     trainer.train()
-    return meter.record(trainer.model)
+    return meter.record(trainer.model, trainer.optimizer)
 
 
 def child(side: str, spec_path: str) -> int:
@@ -336,7 +341,7 @@ def one_run(side: str, mode: str, steps: int, shared: dict, work: Path, n: int) 
     got |= {"tokens_per_s": counted / wall, "tokens_per_cpu_s": counted / cpu, "step_ms": 1000 * wall / timed}
     got |= {"step_cpu_ms": 1000 * cpu / timed, "timed_steps": timed, "timed_tokens": counted, "tokens": sum(tokens)}
     got["rss_mib"] = cost["rss_mib"]
-    got["padding_share"] = 1 - sum(tokens) / sum(positions)  # of the positions the model ran on
+    got["positions_per_token"] = sum(positions) / sum(tokens)  # input positions the model ran per counted token
     return got | {"wall_s": cost["wall_s"], "cpu_s": cost["cpu_s"], "load1": os.getloadavg()[0]}
 
 
@@ -351,9 +356,9 @@ def summarize(runs: dict) -> dict:
                 k: {"median": statistics.median(r[k] for r in rs), "min": min(r[k] for r in rs),
                     "max": max(r[k] for r in rs)}
                 for k in ("tokens_per_s", "tokens_per_cpu_s", "step_ms", "step_cpu_ms", "rss_mib", "rss_start_mib",
-                          "rss_train_peak_mib", "rss_peak_mib", "wall_s")
+                          "rss_train_peak_mib", "rss_peak_mib", "wall_s", "positions_per_token")
             }  # fmt: skip
-            row[side]["trainable"] = rs[0]["trainable"]
+            row[side] |= {"trainable": rs[0]["trainable"], "optimizer": rs[0]["optimizer"]}
         g, t = row["gputrain"], row["trl"]
         row["ratio"] = {k: g[k]["median"] / t[k]["median"] for k in ("tokens_per_s", "tokens_per_cpu_s", "rss_mib")}
         table[mode] = row

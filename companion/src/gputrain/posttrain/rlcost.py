@@ -7,6 +7,10 @@ arithmetic intensity of S / itemsize, below a GPU's ridge (peak FLOP/s over
 bandwidth, :meth:`gputrain.device.GPUSpec.ridge`) for the batches rollouts run.  The learner runs the
 same weights over all S (P + N - 1) tokens of the batch at once, forward and
 backward: the intensity grows with the tokens, and the step is matmul-bound.
+A bigger rollout batch shares each weight read among more sequences, but
+each sequence reads its own cached keys and values, about one FLOP per byte
+in 16 bits: past some batch the KV cache, not the weights, sets the
+rollout's intensity, and it stays below the ridge.
 
 :func:`grpo_step_cost` counts both with the rules of
 :mod:`gputrain.roofline` (one kernel per operation, each input read once and

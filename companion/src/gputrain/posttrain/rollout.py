@@ -102,7 +102,7 @@ def rollout(
     (kept, masked in), after ``max_new_tokens``, or where the context is
     full.  ``seed`` should change every step, or each step redraws the
     same replies for the same prompts.  The model runs in eval mode, without
-    gradient, and is left as it was.
+    gradient, and is left as it was.  The tensors are on the model's device.
     """
     check_rollout(group_size, temperature)
     check_sampling(temperature, top_k, group_size, max_new_tokens)
@@ -121,9 +121,9 @@ def rollout(
     )
     seconds = time.perf_counter() - start  # decode reads every token back to the host: no queued work is left
     rows = [trace for row in traces for trace in row]  # prompt-major
-    dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
-    ids, logps, mask = _padded(rows, dtype)
-    stopped = torch.tensor([bool(t[0]) and t[0][-1] == stop for t in rows])
+    p = next(model.parameters())
+    ids, logps, mask = (t.to(p.device) for t in _padded(rows, torch.promote_types(p.dtype, torch.float32)))
+    stopped = torch.tensor([bool(t[0]) and t[0][-1] == stop for t in rows], device=p.device)
     owners = [list(map(int, p)) for p in prompts for _ in range(group_size)]
     return Rollout(owners, ids, logps, mask, stopped, group_size, stop, temperature, seconds)
 

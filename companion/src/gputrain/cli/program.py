@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from .bench import _add_bench
+from .dpo import _add_dpo
 from .eval import _add_eval
 from .flags import EXIT_USAGE, OneLineParser, _attach_negative_numbers
 from .info import _add_info
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_memory(sub)
     _add_train(sub)
     _add_sft(sub)
+    _add_dpo(sub)
     _add_sample(sub)
     _add_eval(sub)
     _add_plot(sub)

@@ -3,7 +3,7 @@
 Modules, one mechanism each.  Imports go one way, down this list: a module may
 import those above it, never one below::
 
-    counting    Shape, parameter_counts (three ways), flops_per_token, run_flops  (imports gputrain.flops, gputrain.model)
+    counting    Shape, parameter_counts (three ways), flops_per_token  (imports gputrain.flops, gputrain.model)
     heldout     heldout_loss: every run scored on the same spread held-out windows  (imports gputrain.train)
     sweep       LADDER, plan_sweep, RunPlan, run: an IsoFLOP sweep of the book's GPT  (imports gputrain.train)
 

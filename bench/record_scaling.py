@@ -9,7 +9,7 @@ the 10x run take about half an hour together.
 
 Phases, in order (``all`` runs them one after another):
 
-* ``sweep``: five budgets (2.5e11 FLOPs, doubling to 4e12) x six sizes of
+* ``sweep``: five budgets (1.25e11 FLOPs, doubling to 2e12) x six sizes of
   :data:`gputrain.scaling.LADDER`, each with its own cosine schedule;
 * ``predict``: the three Chinchilla fits of the stored runs with bootstrap
   intervals, the compute-optimal size for 10x the largest budget, and the
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGETS = [2.5e11 * 2**k for k in range(5)]
+BUDGETS = [1.25e11 * 2**k for k in range(5)]
 TENX = 10
 DATA = dict(data="stdlib", corpus_bytes=40_000_000, cache_dir="")  # all of the stdlib (about 31.5 MB)
 EVAL_WINDOWS = 512

@@ -78,16 +78,16 @@ def corpus_line() -> dict:
 
 
 def phase_sweep(data: dict) -> None:
-    from gputrain.scaling import plan_sweep, run
+    from gputrain.scaling import Shape, plan_sweep, run
 
     data["corpus"] = corpus_line()
     data["budgets"] = BUDGETS
     data["runs"] = data.get("runs", []) if data.get("resumed") else []
-    done = {(r["budget"], r["shape"]["n_embd"]) for r in data["runs"]}
+    done = {(r["budget"], Shape(**r["shape"]).label) for r in data["runs"]}
     plans = plan_sweep(BUDGETS)
     start = time.perf_counter()
     for i, plan in enumerate(plans):
-        if (plan.budget, plan.shape.n_embd) in done:
+        if (plan.budget, plan.shape.label) in done:
             continue
         rec = run(plan, eval_windows=EVAL_WINDOWS, **DATA)
         data["runs"].append(rec)

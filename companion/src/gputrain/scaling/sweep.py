@@ -6,10 +6,12 @@ once here and on the page:
 
 * sizes come from :data:`LADDER`, each 1.2-1.6x the last (about sqrt 2); budget k (of the
   budgets sorted, each twice the last) takes six consecutive rungs starting at
-  rung k, so the sizes slide up by one rung per 2x of compute, about the way
-  the optimum N ~ C^0.5 moves (a first sweep that started at 33 K parameters
-  found the best size of the smallest budget below all six: the optimum on
-  bytes lies at many more tokens per parameter than Chinchilla's 20);
+  rung ``max(0, k - 2)``, so from the third budget on the sizes slide up one
+  rung per 2x of compute, about the way the optimum N ~ C^0.5 moves.  Two
+  first tries showed the smallest budgets' best size at or below the smallest
+  rung: on bytes, at these budgets, the optimum lies at far more tokens per
+  parameter than Chinchilla's 20, and the ladder does not go lower (below
+  about 10 K parameters the embeddings are most of the model);
 * every run has its own cosine schedule to its own length (Chinchilla found a
   schedule longer than the run overstates its loss), warmup 5% of the steps,
   decay to 10% of the peak;
@@ -87,13 +89,13 @@ def plan_run(shape: Shape, budget: float) -> RunPlan:
 
 
 def plan_sweep(budgets, ladder: tuple[Shape, ...] = LADDER, sizes: int = SIZES_PER_BUDGET) -> list[RunPlan]:
-    """Every run of an IsoFLOP sweep: ``sizes`` rungs per budget, sliding up one rung per budget."""
+    """Every run of an IsoFLOP sweep: ``sizes`` rungs per budget; from the third budget on, one rung up per budget."""
     budgets = sorted(float(b) for b in budgets)
     if len(ladder) < sizes:
         raise ValueError(f"the ladder has {len(ladder)} sizes, fewer than the {sizes} each budget needs")
     plans = []
     for k, budget in enumerate(budgets):
-        first = min(k, len(ladder) - sizes)
+        first = min(max(0, k - 2), len(ladder) - sizes)
         plans += [plan_run(shape, budget) for shape in ladder[first : first + sizes]]
     return plans
 

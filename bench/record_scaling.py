@@ -3,13 +3,16 @@
     python bench/record_scaling.py [--out book/results/scaling_cpu.json] [--phase all|sweep|predict|tenx]
 
 One thread (``torch.set_num_threads(1)``): the machine is shared.  Throughput
-was measured first (about 25 GFLOP/s for the 33 K-parameter GPT, 50-80 for
-0.1-1.3 M on this CPU); the budgets were sized so that the 30 sweep runs and
-the 10x run take about half an hour together.
+was measured first (on a quiet machine about 25 GFLOP/s for a 33 K-parameter
+GPT, 50-80 for 0.1-1.3 M, plus a few milliseconds of loop per step); the
+budgets were first sized for half an hour on one thread of a quiet machine
+(1.25e11 doubling to 2e12); shared with three other jobs, the machine ran the
+small models at a third of that speed, and the budgets became five steps of
+sqrt 2 (a 4x range of compute) to fit the same half hour.
 
 Phases, in order (``all`` runs them one after another):
 
-* ``sweep``: five budgets (1.25e11 FLOPs, doubling to 2e12) x six sizes of
+* ``sweep``: five budgets (1.25e11 FLOPs, up by sqrt 2 each to 5e11) x six sizes of
   :data:`gputrain.scaling.LADDER`, each with its own cosine schedule;
 * ``predict``: the three Chinchilla fits of the stored runs with bootstrap
   intervals, the compute-optimal size for 10x the largest budget, and the
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGETS = [1.25e11 * 2**k for k in range(5)]
+BUDGETS = [1.25e11 * 2 ** (k / 2) for k in range(5)]
 TENX = 10
 DATA = dict(data="stdlib", corpus_bytes=40_000_000, cache_dir="")  # all of the stdlib (about 31.5 MB)
 EVAL_WINDOWS = 512
@@ -103,15 +106,16 @@ def phase_sweep(data: dict) -> None:
 
 
 def phase_predict(data: dict) -> None:
-    from gputrain.scaling import predict_run
+    from gputrain.scaling import fit_all, predict_run
 
     start = time.perf_counter()
     budget = TENX * max(BUDGETS)
-    data["prediction"] = predict_run(data["runs"], budget, n_boot=BOOTSTRAP, seed=0)
+    data["fits"] = fit_all(data["runs"], count="total", n_boot=BOOTSTRAP, seed=0)
+    data["prediction"] = predict_run(data["fits"], budget, max_tokens=data["corpus"]["train_tokens"])
     data["prediction"]["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     data.setdefault("wall_seconds", {})["predict"] = time.perf_counter() - start
     p = data["prediction"]
-    print(f"predicted: {p['shape']} at {budget:.2e} FLOPs -> loss {p['loss']:.4f} {p['interval']}", flush=True)
+    print(f"predicted: {p['label']} at {budget:.2e} FLOPs -> loss {p['loss']:.4f} {p['interval']}", flush=True)
 
 
 def phase_tenx(data: dict) -> None:

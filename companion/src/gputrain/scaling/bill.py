@@ -4,12 +4,12 @@ The figures are the reports' own, each with its BibTeX key:
 
 * DeepSeek-V3: 14.8 T pre-training tokens, 37 B parameters active per token
   (671 B in all), 2.788 M H800 GPU-hours in all, 2.664 M of them
-  pre-training, priced at an assumed \\$2 per GPU-hour (``deepseek2024``);
+  pre-training, priced at an assumed 2 US dollars per GPU-hour (``deepseek2024``);
 * Llama 3.1 405B: 405 B dense parameters, 15.6 T tokens (``dubey2024``),
   30.84 M H100 GPU-hours (the model card, ``meta2024llama31``);
-* a CPU's price: AWS's documented example of an 8-vCPU c5.2xlarge at \\$0.34
-  per On-Demand hour, \\$0.0425 per vCPU-hour (``aws2024spot``); one training
-  thread is one vCPU.
+* a CPU's price: AWS's documented example of an 8-vCPU c5.2xlarge at 0.34 US
+  dollars per On-Demand hour, 0.0425 per vCPU-hour (``aws2024spot``); one
+  training thread is one vCPU.
 
 FLOPs follow the ``6 N D`` rule with N the parameters a token uses; the
 attention term is left out (the reports do not give the shapes it needs
@@ -51,7 +51,7 @@ class TrainingRun:
         return self.flops / (hours * SECONDS_PER_HOUR * peak)
 
     def cost(self, price: float = GPU_HOUR_PRICE) -> float:
-        """US$ at ``price`` per GPU-hour for all the reported hours."""
+        """US dollars at ``price`` per GPU-hour for all the reported hours."""
         return self.gpu_hours * price
 
 
@@ -66,14 +66,14 @@ LLAMA_31_405B = TrainingRun(
 
 
 def dollars_per_million_tokens(tokens_per_s: float, price_per_hour: float) -> float:
-    """US$ to train on a million tokens at ``tokens_per_s`` on hardware rented at ``price_per_hour``."""
+    """US dollars to train on a million tokens at ``tokens_per_s`` on hardware rented at ``price_per_hour``."""
     if not (tokens_per_s > 0 and price_per_hour > 0):
         raise ValueError("tokens_per_s and price_per_hour must be positive")
     return price_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * 1e6
 
 
 def dollars_per_exaflop(flops_per_s: float, price_per_hour: float) -> float:
-    """US$ per 10^18 FLOPs of training arithmetic at a sustained ``flops_per_s``."""
+    """US dollars per 10^18 FLOPs of training arithmetic at a sustained ``flops_per_s``."""
     if not (flops_per_s > 0 and price_per_hour > 0):
         raise ValueError("flops_per_s and price_per_hour must be positive")
     return price_per_hour / (flops_per_s * SECONDS_PER_HOUR) * 1e18

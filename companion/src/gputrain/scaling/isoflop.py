@@ -56,10 +56,24 @@ def fit_parabola(v, loss) -> Parabola:
     return Parabola(float(c2), float(c1), float(c0))
 
 
+def _vertex(v, loss) -> Parabola | None:
+    try:
+        return fit_parabola(v, loss)
+    except ValueError:  # bends down: no minimum
+        return None
+
+
 def _minima(N, D, L, groups: dict[float, list[int]]) -> dict:
     out = {"budget": [], "N_opt": [], "D_opt": [], "L_min": [], "inside": []}
     for budget, rows in groups.items():
-        pn, pd = fit_parabola(N[rows], L[rows]), fit_parabola(D[rows], L[rows])
+        pn, pd = _vertex(N[rows], L[rows]), _vertex(D[rows], L[rows])
+        if pn is None or pd is None:
+            out["budget"].append(budget)
+            out["N_opt"].append(math.nan)
+            out["D_opt"].append(math.nan)
+            out["L_min"].append(math.nan)
+            out["inside"].append(False)
+            continue
         out["budget"].append(budget)
         out["N_opt"].append(pn.vertex)
         out["D_opt"].append(pd.vertex)
@@ -68,12 +82,24 @@ def _minima(N, D, L, groups: dict[float, list[int]]) -> dict:
     return out
 
 
+def _slopes(m: dict, used: list[bool]) -> tuple[float, float, float, float]:
+    pick = lambda key: [v for v, ok in zip(m[key], used) if ok]  # noqa: E731
+    if sum(used) < 2:
+        raise ValueError("fewer than two budgets have their minimum inside the sizes they trained")
+    return (*power_law(pick("budget"), pick("N_opt")), *power_law(pick("budget"), pick("D_opt")))
+
+
 def isoflop_fit(runs, count: str = "total") -> dict:
-    """Each budget's parabola minimum, and the exponents a and b of the power laws through them."""
+    """Each budget's parabola minimum, and the exponents a and b of the power laws through the minima.
+
+    Only budgets whose minimum lies inside the sizes they trained enter the
+    power laws (``used``): a vertex outside them is an extrapolation of a
+    parabola, and one that bends the wrong way has no minimum at all.
+    """
     p = arrays(runs, count)
     out = _minima(p["N"], p["D"], p["L"], by_budget(runs))
-    out["a"], out["log_kN"] = power_law(out["budget"], out["N_opt"])
-    out["b"], out["log_kD"] = power_law(out["budget"], out["D_opt"])
+    out["used"] = list(out["inside"])
+    out["a"], out["log_kN"], out["b"], out["log_kD"] = _slopes(out, out["used"])
     return out
 
 
@@ -83,20 +109,18 @@ def bootstrap_isoflop(runs, count: str = "total", n_boot: int = 200, seed: int =
     point = isoflop_fit(runs, count)
     fitted, resid = np.empty_like(p["L"]), np.empty_like(p["L"])
     for rows in groups.values():
-        fitted[rows] = fit_parabola(p["N"][rows], p["L"][rows])(p["N"][rows])
+        fitted[rows] = np.polyval(np.polyfit(np.log(p["N"][rows]), p["L"][rows], 2), np.log(p["N"][rows]))
     resid = p["L"] - fitted
     resid *= math.sqrt(len(resid) / (len(resid) - 3 * len(groups)))  # undo the shrinking by the fitted parameters
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(n_boot):
         L = fitted + rng.choice(resid, size=len(resid), replace=True)
-        try:
-            m = _minima(p["N"], p["D"], L, groups)
-        except ValueError:
-            continue
-        boots.append(
-            {"a": power_law(m["budget"], m["N_opt"])[0], "b": power_law(m["budget"], m["D_opt"])[0]}
-            | {f"N_opt[{i}]": n for i, n in enumerate(m["N_opt"])}
-        )
-    keys = {"a": point["a"], "b": point["b"]} | {f"N_opt[{i}]": n for i, n in enumerate(point["N_opt"])}
+        m = _minima(p["N"], p["D"], L, groups)
+        if not all(np.isfinite(m["N_opt"][i]) for i, ok in enumerate(point["used"]) if ok):
+            continue  # a used budget lost its minimum in this resample
+        a, _, b, _ = _slopes(m, point["used"])
+        boots.append({"a": a, "b": b} | {f"N_opt[{i}]": n for i, n in enumerate(m["N_opt"]) if point["used"][i]})
+    keys = {"a": point["a"], "b": point["b"]}
+    keys |= {f"N_opt[{i}]": n for i, n in enumerate(point["N_opt"]) if point["used"][i]}
     return point, estimates(keys, boots)

@@ -4,14 +4,13 @@ For each compute budget C, six model sizes each train for ``C / (6N + 12LTC)``
 tokens, so every run of a budget costs the same FLOPs.  The rules, stated
 once here and on the page:
 
-* sizes come from :data:`LADDER`, each 1.2-1.6x the last (about sqrt 2); budget k (of the
-  budgets sorted, each twice the last) takes six consecutive rungs starting at
-  rung ``max(0, k - 2)``, so from the third budget on the sizes slide up one
-  rung per 2x of compute, about the way the optimum N ~ C^0.5 moves.  Two
-  first tries showed the smallest budgets' best size at or below the smallest
-  rung: on bytes, at these budgets, the optimum lies at far more tokens per
-  parameter than Chinchilla's 20, and the ladder does not go lower (below
-  about 10 K parameters the embeddings are most of the model);
+* sizes come from :data:`LADDER`, each 1.2-1.6x the last (about sqrt 2);
+  budget k (of five budgets sorted, each sqrt 2 times the last) takes six
+  consecutive rungs starting at rung ``max(0, k - 3)``.  Earlier tries showed
+  the smallest budgets' best size at or below the smallest rung: on bytes, at
+  these budgets, the optimum lies at far more tokens per parameter than
+  Chinchilla's 20, and the ladder does not go lower (below about 10 K
+  parameters the embeddings are most of the model);
 * every run has its own cosine schedule to its own length (Chinchilla found a
   schedule longer than the run overstates its loss), warmup 5% of the steps,
   decay to 10% of the peak;
@@ -89,13 +88,13 @@ def plan_run(shape: Shape, budget: float) -> RunPlan:
 
 
 def plan_sweep(budgets, ladder: tuple[Shape, ...] = LADDER, sizes: int = SIZES_PER_BUDGET) -> list[RunPlan]:
-    """Every run of an IsoFLOP sweep: ``sizes`` rungs per budget; from the third budget on, one rung up per budget."""
+    """Every run of an IsoFLOP sweep: ``sizes`` rungs per budget; from the fourth budget on, one rung up per budget."""
     budgets = sorted(float(b) for b in budgets)
     if len(ladder) < sizes:
         raise ValueError(f"the ladder has {len(ladder)} sizes, fewer than the {sizes} each budget needs")
     plans = []
     for k, budget in enumerate(budgets):
-        first = min(max(0, k - 2), len(ladder) - sizes)
+        first = min(max(0, k - 3), len(ladder) - sizes)
         plans += [plan_run(shape, budget) for shape in ladder[first : first + sizes]]
     return plans
 

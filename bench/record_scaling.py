@@ -125,6 +125,7 @@ def phase_tenx(data: dict) -> None:
     p = data["prediction"]
     plan = plan_run(Shape(**p["shape"]), p["budget"])
     data["tenx"] = run(plan, eval_windows=EVAL_WINDOWS, **DATA)
+    data["tenx"]["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     data.setdefault("wall_seconds", {})["tenx"] = time.perf_counter() - start
     measured = data["tenx"]["loss"]
     print(f"measured: {measured:.4f} (predicted {p['loss']:.4f}, error {100 * (p['loss'] / measured - 1):+.2f}%)")

@@ -8,7 +8,7 @@
 #   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps record-scaling
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -98,3 +98,9 @@ execute: setup
 
 clean:
 	rm -rf _build book/_static/vendor
+
+# chapter 14's IsoFLOP sweep, its prediction and the 10x run, on one thread (about half an hour on a quiet
+# machine); rewrites book/results/scaling_cpu.json and prints its wall time
+record-scaling: setup
+	@start=$$(date +%s); OMP_NUM_THREADS=1 $(PY) bench/record_scaling.py; \
+	  echo "make record-scaling: $$(( $$(date +%s) - start )) s"

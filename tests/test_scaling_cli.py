@@ -41,9 +41,10 @@ def test_scale_reads_a_fit_file(tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, words, capsys):
-    with pytest.raises(SystemExit) if words == "finite" else _no_raise() as caught:
+    try:
         code = main(["scale", *args])
-    code = caught.value.code if words == "finite" else code
+    except SystemExit as exc:  # argparse rejects a non-finite number before the command runs
+        code = exc.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and words in err
 
@@ -55,11 +56,3 @@ def test_a_fit_file_without_a_law_is_one_line(tmp_path, capsys):
         assert main(["scale", "--budget", "1e21", "--fit", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and str(path) in err
-
-
-class _no_raise:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

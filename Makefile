@@ -8,7 +8,8 @@
 #   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps record-scaling
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft pdf pdf-deps \
+	record-posttrain record-scaling
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -87,6 +88,18 @@ test: vendor browser-deps pdf-deps
 # the notebooks alone, failing any that runs over its 3-minute budget (make test only reports the times)
 bench-notebooks: setup
 	GPUTRAIN_ENFORCE_NOTEBOOK_LIMIT=1 $(PY) -m pytest -c tests/pytest.ini --rootdir=. $(NB) $(PYTEST_ARGS)
+
+# chapter 12's sweeps (base vs SFT, the synthetic-data curve, the forgetting ledger, the lr sweep) on one
+# thread: 27 fine-tuning runs, 28 minutes on the 2-core Xeon while other work kept its load at 4-5;
+# the chapter reads book/results/posttrain_cpu.json
+record-posttrain: setup
+	OMP_NUM_THREADS=1 $(PY) bench/record_posttrain.py --out book/results/posttrain_cpu.json
+
+# chapter 12's speed table: gputrain sft against TRL's SFTTrainer (PEFT for LoRA), one thread, runs alternated;
+# about 6-9 minutes on the 2-core CPU. Writes book/results/sft_vs_trl_cpu.json (SFT_OUT=... elsewhere)
+SFT_OUT ?= book/results/sft_vs_trl_cpu.json
+bench-sft: setup
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) bench/sft_vs_trl.py --out $(SFT_OUT)
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

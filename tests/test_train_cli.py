@@ -187,7 +187,7 @@ def test_launcher_precision_is_used_unless_the_flag_is_given(monkeypatch):
 
     def fake(cfg, **kwargs):  # the command imports train() when it runs: replace it where it comes from
         seen.append(cfg.mixed_precision)
-        return types.SimpleNamespace(interrupted=None, is_main_process=True)
+        return types.SimpleNamespace(interrupted=None, is_main_process=True, config=cfg)
 
     monkeypatch.setattr(gputrain.train, "train", fake)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")

@@ -1,4 +1,5 @@
-"""Command line: ``gputrain info | train | sample | eval | plot | memory | bench | scale``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | sft | sample | eval | plot | memory | bench | scale``;
+also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.  The parser is built without importing torch
@@ -15,8 +16,9 @@ module may import those above it, never one below::
     info      gputrain info
     memory    gputrain memory and the sizes it answers for
     train     gputrain train: flags checked before torch, a resume          (imports gputrain.cli_spec)
-    sample    gputrain sample: streamed bytes after a prompt
-    eval      gputrain eval: loss, perplexity, bits per byte
+    sft       gputrain sft: fine-tuning on chat examples, full or LoRA      (imports train)
+    sample    gputrain sample: streamed bytes after a prompt, or a chat reply
+    eval      gputrain eval: loss, perplexity, bits per byte; a task's accuracy and pass@k
     plot      gputrain plot: a run's metrics.csv drawn
     bench     gputrain bench: the speed ladder and the loop's overhead
     scale     gputrain scale: compute-optimal N and D, loss and GPU time for a budget
@@ -38,6 +40,8 @@ from .flags import (
 from .memory import MEMORY_BOUNDS
 from .program import build_parser, main
 from .sample import SAMPLE_SEPARATOR
+from .sft import SFT_FIELDS
+from .train import run_and_report
 
 __all__ = [
     "CHOICES",
@@ -45,8 +49,10 @@ __all__ = [
     "LADDER_CONFIG",
     "MEMORY_BOUNDS",
     "SAMPLE_SEPARATOR",
+    "SFT_FIELDS",
     "TRAIN_CONFIG",
     "OneLineParser",
     "build_parser",
     "main",
+    "run_and_report",
 ]

@@ -60,6 +60,7 @@ CHOICES = {
     "compile_scope": ("gputrain.bench.config", "COMPILE_SCOPES"),
     "router": ("gputrain.moe", "ROUTERS"),
     "balance": ("gputrain.moe", "BALANCES"),
+    "task": ("gputrain.posttrain.tasks", "TASKS"),  # gputrain eval --task (chapter 12)
 }
 
 
@@ -78,15 +79,20 @@ class _LazyText:
 
 
 def _add_config_flags(
-    parser: argparse.ArgumentParser, config: tuple[str, str], defaults: Optional[Callable[[str], str]] = None
+    parser: argparse.ArgumentParser,
+    config: tuple[str, str],
+    defaults: Optional[Callable[[str], str]] = None,
+    only: Optional[Sequence[str]] = None,
 ) -> None:
     """One flag per field of the dataclass ``config``, grouped under the comment lines that open its sections.
 
     ``defaults`` (field name -> text) replaces the dataclass default in the help; it runs only for ``--help``,
-    so building the parser imports nothing heavy.
+    so building the parser imports nothing heavy.  ``only``: the fields to offer (default: all).
     """
     groups: dict[Optional[str], object] = {}
     for f in spec.config_fields(*config):
+        if only is not None and f.name not in only:
+            continue
         if f.section not in groups:
             title, _, about = (f.section or "").partition(": ")
             groups[f.section] = parser.add_argument_group(title, about or None) if f.section else parser
@@ -109,8 +115,9 @@ def _add_config_flags(
 
 
 def _given(args, config: tuple[str, str]) -> dict:
-    """The fields of ``config`` given on the command line (flags left out are None)."""
-    return {f.name: getattr(args, f.name) for f in spec.config_fields(*config) if getattr(args, f.name) is not None}
+    """The fields of ``config`` given on the command line (flags left out are None, fields not offered absent)."""
+    fields = spec.config_fields(*config)
+    return {f.name: getattr(args, f.name) for f in fields if getattr(args, f.name, None) is not None}
 
 
 def _rank_zero() -> bool:

@@ -16,6 +16,7 @@ from .memory import _add_memory
 from .plot import _add_plot
 from .sample import _add_sample
 from .scale import _add_scale
+from .sft import _add_sft
 from .train import _add_train
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_memory(sub)
     _add_train(sub)
+    _add_sft(sub)
     _add_sample(sub)
     _add_eval(sub)
     _add_plot(sub)

@@ -26,9 +26,7 @@ def _check_train_flags(args, overrides: dict) -> None:
 def _cmd_train(args) -> int:
     overrides = _given(args, TRAIN_CONFIG)
     _check_train_flags(args, overrides)
-    from ..train import TrainingDiverged, preset_config, summary_line, train
-    from ..train.checkpoint import SaveError, list_checkpoints
-    from ..train.progress import interrupt_line
+    from ..train import preset_config, train
     from ..train.resume import finished, resume_config
 
     say = print if _rank_zero() and not args.quiet else (lambda *a, **k: None)
@@ -54,22 +52,37 @@ def _cmd_train(args) -> int:
         cfg = preset_config(args.preset, **overrides)  # validates: ValueError on a bad field
     if cfg.optimizer == "muon" and "beta1" in overrides:  # Muon's own momentum is not a flag
         say(f"--beta1 {cfg.beta1}: Muon's momentum stays 0.95; beta1 is the first beta of its AdamW part only")
+    # with progress on, it prints its own data and summary lines on the main process
+    notice = None if args.quiet or not _rank_zero() else print
+    return run_and_report("train", lambda: train(cfg, data_notice=notice), cfg.checkpoint_dir, args.quiet)
+
+
+def run_and_report(command: str, run, checkpoint_dir: str, quiet: bool) -> int:
+    """Run a training ``run()`` (train, sft) and turn how it ended into the exit code and its lines.
+
+    0: finished; 1: the run went wrong (diverged, a checkpoint could not be written); 130: a second
+    Ctrl-C stopped it at once; 128 + the signal: Ctrl-C or SIGTERM ended it with a checkpoint.
+    """
+    from ..train import TrainingDiverged, summary_line
+    from ..train.checkpoint import SaveError, list_checkpoints
+    from ..train.progress import interrupt_line
+
     try:
-        # with progress on, it prints its own data and summary lines on the main process
-        result = train(cfg, data_notice=None if args.quiet or not _rank_zero() else print)
+        result = run()
     except (TrainingDiverged, SaveError) as exc:  # not a usage error: the run itself went wrong
-        print(f"gputrain train: stopped: {exc}", file=sys.stderr)
+        print(f"gputrain {command}: stopped: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # a second Ctrl-C (or one before the first step)
-        kept = list_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else []
+        kept = list_checkpoints(checkpoint_dir) if checkpoint_dir else []
         where = f"the last checkpoint is {str(kept[-1])!r}" if kept else "no checkpoint was written"
-        print(f"gputrain train: stopped at once ({exc or 'interrupted'}); {where}", file=sys.stderr)
+        print(f"gputrain {command}: stopped at once ({exc or 'interrupted'}); {where}", file=sys.stderr)
         return 130
+    cfg = result.config
     if result.interrupted:  # one line naming the checkpoint (train() printed it already when progress is on)
         if result.is_main_process and not cfg.progress:
-            print(f"gputrain train: {interrupt_line(result)}", file=sys.stderr)
+            print(f"gputrain {command}: {interrupt_line(result)}", file=sys.stderr)
         return 128 + signal.Signals[result.interrupted].value
-    if not (args.quiet or cfg.progress) and result.is_main_process:
+    if not (quiet or cfg.progress) and result.is_main_process:
         if result.resumed_step:
             print(f"Resumed from step {result.resumed_step} of {cfg.max_steps}")
         print(summary_line(result))

@@ -29,6 +29,11 @@ def load_model(checkpoint) -> tuple[GPT, Checkpoint]:
             f"checkpoint {str(ckpt.path)!r} holds a custom model, not a gputrain GPT; "
             "load it with the code that built that model"
         )
+    if ckpt.model_config.get("posttrain"):  # grown vocabulary and adapters: chapter 12's loader rebuilds them
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} is fine-tuned for chat; load it with "
+            "gputrain.posttrain.load_chat_model (gputrain sample --chat, gputrain eval --task)"
+        )
     known = {f.name for f in fields(GPTConfig)}
     try:
         cfg = GPTConfig(**{k: v for k, v in ckpt.model_config.items() if k in known})

@@ -65,6 +65,7 @@ def train(
     val_data: Optional[Dataset] = None,
     batch_hook: Optional[Callable[[int, Batch], Batch]] = None,
     data_notice: Optional[Callable[[str], None]] = None,
+    model_config: Optional[dict] = None,
 ) -> TrainResult:
     """Train a GPT on ``cfg.data`` (or ``model`` on ``train_data``) and return its history and the model.
 
@@ -74,6 +75,9 @@ def train(
     images on the fly.  The ``data:`` line (how much of ``cfg.data`` the run
     reads) is printed with ``cfg.progress``; without it, it goes to
     ``data_notice`` if given (``gputrain train --no-progress`` prints it).
+    ``model_config`` describes a ``model`` passed in so that its checkpoints
+    load back without the code that built it (fine-tuning records its base
+    GPT's shape and adapters there, chapter 12); a GPT built here records its own.
     Every bad input (config, data, checkpoint, a directory that cannot be
     written or that another run holds) raises before anything is written.
     Ctrl-C or SIGTERM ends the run after the current step with a checkpoint
@@ -83,7 +87,7 @@ def train(
     matmuls = fp32_matmul("tf32" if cfg.tf32 else "ieee") if torch.cuda.is_available() else contextlib.nullcontext()
     keep_freed_memory()  # each step reuses the last step's buffers instead of faulting fresh pages in
     with matmuls:
-        run = _Run.start(cfg, model, train_data, val_data, batch_hook, data_notice)
+        run = _Run.start(cfg, model, train_data, val_data, batch_hook, data_notice, model_config)
         try:
             with StopSignals() as signals:  # Ctrl-C / SIGTERM: finish the step, save, stop
                 run.loop(signals)

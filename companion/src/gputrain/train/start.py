@@ -87,15 +87,17 @@ class RunSetup:
     phases that use them."""
 
     @classmethod
-    def start(cls, cfg: TrainConfig, model, train_data, val_data, batch_hook, data_notice=None) -> "RunSetup":
+    def start(
+        cls, cfg: TrainConfig, model, train_data, val_data, batch_hook, data_notice=None, model_config=None
+    ) -> "RunSetup":
         """Check everything that can be wrong, then build the run; nothing is written before this returns."""
         check_hardware(cfg)
         if (model is None) != (train_data is None) or (train_data is None) != (val_data is None):
             raise ValueError("pass model, train_data and val_data together, or none of them")
         accelerator = make_accelerator(cfg)
         set_seed(cfg.seed)
-        model_config = None
-        if train_data is None:
+        own_data = train_data is None  # the run reads cfg.data itself
+        if own_data:
             with accelerator.main_process_first():  # reading and tokenizing happens once per machine first
                 say = accelerator.print if cfg.progress else data_notice if accelerator.is_main_process else None
                 train_data, val_data = build_data(cfg, say=say)
@@ -106,7 +108,7 @@ class RunSetup:
             raise ValueError(
                 f"the training split holds {len(train_data)} samples, fewer than one batch of {need} "
                 f"({accelerator.num_processes} processes x batch_size {cfg.batch_size}); "
-                + (f"use more text, a smaller val_fraction (now {cfg.val_fraction}) or " if model_config else "use ")
+                + (f"use more text, a smaller val_fraction (now {cfg.val_fraction}) or " if own_data else "use ")
                 + "a smaller batch_size"
             )
         ckpt, notes = None, []

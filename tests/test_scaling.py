@@ -174,3 +174,12 @@ def test_predict_run_avoids_repeating_data_and_gives_an_interval():
     assert pred["loss"] == min(c["loss"] for c in allowed)
     with pytest.raises(ValueError, match="repeat"):
         S.predict_run(fits, 5e12, max_tokens=10)
+
+
+def test_fit_all_keeps_going_when_an_approach_cannot_be_fitted():
+    runs = synthetic_runs()
+    for r in runs:  # every budget's loss rises with size: no IsoFLOP curve has its bottom inside
+        r["loss"] = 2.0 + r["params"]["total"] / 1e9
+    fits = S.fit_all(runs, n_boot=10)
+    assert set(fits["isoflop"]) == {"error"} and fits["isoflop"]["error"].count("\n") == 0
+    assert set(fits["parametric"]) == {"law", "estimates", "boots"} and len(fits["parametric"]["boots"]) == 10

@@ -26,18 +26,29 @@ def _plain(d: dict) -> dict:
     return {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in d.items()}
 
 
+def _approach(fit, runs, count: str, n_boot: int, seed: int) -> dict:
+    """One approach's fit and intervals, or why it could not be fitted (the other approaches still are)."""
+    try:
+        point, est = fit(runs, count, n_boot, seed)
+    except ValueError as exc:  # e.g. no budget with its minimum inside the sizes it trained
+        return {"error": str(exc)}
+    return {"fit": _plain(point), "estimates": {k: e.as_dict() for k, e in est.items()}}
+
+
 def fit_all(runs, count: str = "total", n_boot: int = 200, seed: int = 0) -> dict:
-    """The three approaches' fits and intervals, as JSON-ready dicts; the parametric one keeps its bootstrap laws."""
-    env, env_est = bootstrap_envelope(runs, count, n_boot, seed)
-    iso, iso_est = bootstrap_isoflop(runs, count, n_boot, seed)
+    """The three approaches' fits and intervals, as JSON-ready dicts; the parametric one keeps its bootstrap laws.
+
+    Approaches 1 and 2 that cannot be fitted (too few sizes bracket a minimum)
+    are stored as ``{"error": why}``; the prediction needs only approach 3.
+    """
     p = arrays(runs, count)
     law, boots = bootstrap_law(p["N"], p["D"], p["L"], n_boot, seed)
     return {
         "count": count,
         "n_boot": n_boot,
         "seed": seed,
-        "envelope": {"fit": _plain(env), "estimates": {k: e.as_dict() for k, e in env_est.items()}},
-        "isoflop": {"fit": _plain(iso), "estimates": {k: e.as_dict() for k, e in iso_est.items()}},
+        "envelope": _approach(bootstrap_envelope, runs, count, n_boot, seed),
+        "isoflop": _approach(bootstrap_isoflop, runs, count, n_boot, seed),
         "parametric": {
             "law": law.as_dict(),
             "estimates": {k: e.as_dict() for k, e in law_estimates(law, boots).items()},

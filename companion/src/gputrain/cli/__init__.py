@@ -1,4 +1,5 @@
-"""Command line: ``gputrain info|train|sft|dpo|sample|eval|plot|memory|bench``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | sft | dpo | sample | eval | plot | memory | bench | scale``;
+also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.  The parser is built without importing torch
@@ -21,6 +22,7 @@ module may import those above it, never one below::
     eval      gputrain eval: loss, perplexity, bits per byte; a task's accuracy and pass@k
     plot      gputrain plot: a run's metrics.csv drawn
     bench     gputrain bench: the speed ladder and the loop's overhead
+    scale     gputrain scale: compute-optimal N and D, loss and GPU time for a budget
        |
     program   build_parser() with every command, and main()
 

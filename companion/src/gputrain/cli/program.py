@@ -16,6 +16,7 @@ from .info import _add_info
 from .memory import _add_memory
 from .plot import _add_plot
 from .sample import _add_sample
+from .scale import _add_scale
 from .sft import _add_sft
 from .train import _add_train
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_plot(sub)
     _add_bench(sub)
+    _add_scale(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``gputrain info | train | sft | dpo | sample | eval | plot | memory | bench | scale``;
+"""Command line: ``gputrain info | train | sft | dpo | rl | sample | eval | plot | memory | bench | scale``;
 also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
@@ -18,6 +18,7 @@ module may import those above it, never one below::
     train     gputrain train: flags checked before torch, a resume          (imports gputrain.cli_spec)
     sft       gputrain sft: fine-tuning on chat examples, full or LoRA      (imports train)
     dpo       gputrain dpo: preference pairs, policy and frozen reference   (imports sft, train)
+    rl        gputrain rl: GRPO on a task's problems, graded exactly        (imports sft, train)
     sample    gputrain sample: streamed bytes after a prompt, or a chat reply
     eval      gputrain eval: loss, perplexity, bits per byte; a task's accuracy and pass@k
     plot      gputrain plot: a run's metrics.csv drawn
@@ -34,6 +35,7 @@ from .flags import (
     CHOICES,
     EXIT_USAGE,
     LADDER_CONFIG,
+    RL_SETTINGS,
     TRAIN_CONFIG,
     OneLineParser,
     _attach_negative_numbers,  # noqa: F401 (tests parse the book's commands as main does)
@@ -48,6 +50,7 @@ __all__ = [
     "CHOICES",
     "EXIT_USAGE",
     "LADDER_CONFIG",
+    "RL_SETTINGS",
     "MEMORY_BOUNDS",
     "SAMPLE_SEPARATOR",
     "SFT_FIELDS",

@@ -53,6 +53,7 @@ def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
 # the dataclasses whose fields are flags, and the tables whose names a flag offers: (module, name)
 TRAIN_CONFIG = ("gputrain.train.config", "TrainConfig")
 LADDER_CONFIG = ("gputrain.bench.config", "LadderConfig")
+RL_SETTINGS = ("gputrain.posttrain.rl", "GRPOSettings")
 CHOICES = {
     "optimizer": ("gputrain.train.components", "OPTIMIZERS"),
     "schedule": ("gputrain.train.components", "SCHEDULES"),
@@ -60,6 +61,8 @@ CHOICES = {
     "compile_scope": ("gputrain.bench.config", "COMPILE_SCOPES"),
     "router": ("gputrain.moe", "ROUTERS"),
     "balance": ("gputrain.moe", "BALANCES"),
+    "loss_type": ("gputrain.posttrain.grpo", "LOSS_TYPES"),
+    "scale_rewards": ("gputrain.posttrain.grpo", "SCALE_REWARDS"),
     "task": ("gputrain.posttrain.tasks", "TASKS"),  # gputrain eval --task (chapter 12)
 }
 

@@ -15,6 +15,7 @@ from .flags import EXIT_USAGE, OneLineParser, _attach_negative_numbers
 from .info import _add_info
 from .memory import _add_memory
 from .plot import _add_plot
+from .rl import _add_rl
 from .sample import _add_sample
 from .scale import _add_scale
 from .sft import _add_sft
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_sft(sub)
     _add_dpo(sub)
+    _add_rl(sub)
     _add_sample(sub)
     _add_eval(sub)
     _add_plot(sub)

@@ -33,6 +33,8 @@
   for chapter 11's roofline.
 * :func:`prefer` runs DPO on the training loop itself: preference pairs from
   JSONL, a policy beside its frozen reference (:class:`PreferenceModel`).
+  :func:`reinforce` runs GRPO on it too: :class:`GRPOModel`'s forward samples,
+  grades and returns the loss of one step.
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -54,6 +56,7 @@ import those above it, never one below::
     rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
     rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
     preference  DPO on the training loop: pairs, PreferenceModel, prefer  (imports gputrain.train, chat, dpo, grpo, sft)
+    rl  GRPO on the training loop: GRPOModel samples, grades, learns  (imports gputrain.train, rollout, rewards, sft)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -131,6 +134,7 @@ from .policy_gradient import (
 )
 from .preference import DPO_DEFAULTS, PreferenceModel, PreferencePairs, prefer, preference_data
 from .rewards import load_reward, score_replies, task_rewards
+from .rl import RL_DEFAULTS, GRPOModel, GRPOSettings, ProblemIndices, reinforce
 from .rlcost import StepCost, forward_cost, grpo_step_cost, learner_cost, rollout_cost
 from .rollout import PAD, Rollout, check_rollout, policy_logprobs, rollout
 from .sft import (
@@ -158,142 +162,31 @@ from .tasks import (
 )
 
 __all__ = [
-    # chat
-    "ROLES",
-    "SPECIAL_TOKENS",
-    "IGNORE",
-    "Encoded",
-    "ChatFormat",
-    "check_messages",
-    "as_messages",
-    "masked_cross_entropy",
-    "grow_vocab",
-    # lora
-    "DEFAULT_TARGETS",
-    "LoRALinear",
-    "check_rank",
-    "matches",
-    "apply_lora",
-    "lora_layers",
-    "merge_lora",
-    "unmerge_lora",
-    "unload_lora",
-    "lora_parameter_count",
-    "lora_memory",
-    # tasks
-    "TASKS",
-    "TEST_FRACTION",
-    "ANSWER_PREFIX",
-    "Problem",
-    "split_of",
-    "final_answer",
-    "grade",
-    "arithmetic_problem",
-    "safe_eval",
-    "python_problem",
-    "problems",
-    # examples
-    "read_records",
-    "encode_records",
-    "split_examples",
-    "ChatExamples",
-    # sft
-    "CHAT_FORMAT",
-    "SFT_DEFAULTS",
-    "LORA_LR",
-    "chat_model",
-    "model_from_config",
-    "load_chat_model",
-    "finetune",
-    "chat_data",
-    # generation
-    "sample_seed",
-    "check_sampling",
-    "generate_replies",
-    "check_prompts",
-    "decode",
-    "sampling_logits",
-    "choose",
-    # evaluate
-    "DEFAULT_SHOTS",
-    "DEFAULT_KS",
-    "CONFIDENCE",
-    "NEWLINE",
-    "pass_at_k",
-    "Estimate",
-    "wilson_interval",
-    "bootstrap_means",
-    "t_quantile",
-    "mean_interval",
-    "few_shot_prompt",
-    "prompt_ids",
-    "reply_text",
-    "TaskResult",
-    "evaluate_task",
-    "combine_seeds",
-    # forgetting
-    "text_bits_per_byte",
-    "weight_updates",
-    "energy_rank",
-    "update_ranks",
-    # kl
-    "kl_k1",
-    "kl_k2",
-    "kl_k3",
-    "KL_ESTIMATORS",
-    "exact_kl",
-    "EstimatorStats",
-    "estimator_stats",
-    # policy_gradient
-    "NORMALISATIONS",
-    "aggregate",
-    "reinforce_loss",
-    "group_view",
-    "leave_one_out_baseline",
-    "rloo_loss",
-    "clipped_surrogate",
-    "clip_fraction",
-    "gae",
-    "whiten",
-    "PPOLoss",
-    "ppo_loss",
-    # grpo
-    "LOSS_TYPES",
-    "SCALE_REWARDS",
-    "ADVANTAGE_EPS",
-    "group_advantages",
-    "token_logprobs",
-    "completion_logprobs",
-    "grpo_loss",
-    # dpo
-    "DPO_BETA",
-    "sequence_logprob",
-    "implicit_rewards",
-    "dpo_loss",
-    # names
-    "NAME_MAP",
-    "anchor_advantages",
-    "anchor_loss",
-    # rollout
-    "PAD",
-    "Rollout",
-    "check_rollout",
-    "rollout",
-    "policy_logprobs",
-    # rewards
-    "task_rewards",
-    "load_reward",
-    "score_replies",
-    # rlcost
-    "StepCost",
-    "forward_cost",
-    "rollout_cost",
-    "learner_cost",
-    "grpo_step_cost",
-    # preference
-    "DPO_DEFAULTS",
-    "PreferencePairs",
-    "preference_data",
-    "PreferenceModel",
-    "prefer",
-]
+    "ROLES", "SPECIAL_TOKENS", "IGNORE", "Encoded", "ChatFormat", "check_messages", "as_messages",
+    "masked_cross_entropy", "grow_vocab",  # chat
+    "DEFAULT_TARGETS", "LoRALinear", "check_rank", "matches", "apply_lora", "lora_layers", "merge_lora",
+    "unmerge_lora", "unload_lora", "lora_parameter_count", "lora_memory",  # lora
+    "TASKS", "TEST_FRACTION", "ANSWER_PREFIX", "Problem", "split_of", "final_answer", "grade",
+    "arithmetic_problem", "safe_eval", "python_problem", "problems",  # tasks
+    "read_records", "encode_records", "split_examples", "ChatExamples",  # examples
+    "CHAT_FORMAT", "SFT_DEFAULTS", "LORA_LR", "chat_model", "model_from_config", "load_chat_model", "finetune",
+    "chat_data",  # sft
+    "sample_seed", "check_sampling", "generate_replies", "check_prompts", "decode", "sampling_logits",
+    "choose",  # generation
+    "DEFAULT_SHOTS", "DEFAULT_KS", "CONFIDENCE", "NEWLINE", "pass_at_k", "Estimate", "wilson_interval",
+    "bootstrap_means", "t_quantile", "mean_interval", "few_shot_prompt", "prompt_ids", "reply_text", "TaskResult",
+    "evaluate_task", "combine_seeds",  # evaluate
+    "text_bits_per_byte", "weight_updates", "energy_rank", "update_ranks",  # forgetting
+    "kl_k1", "kl_k2", "kl_k3", "KL_ESTIMATORS", "exact_kl", "EstimatorStats", "estimator_stats",  # kl
+    "NORMALISATIONS", "aggregate", "reinforce_loss", "group_view", "leave_one_out_baseline", "rloo_loss",
+    "clipped_surrogate", "clip_fraction", "gae", "whiten", "PPOLoss", "ppo_loss",  # policy_gradient
+    "LOSS_TYPES", "SCALE_REWARDS", "ADVANTAGE_EPS", "group_advantages", "token_logprobs", "completion_logprobs",
+    "grpo_loss",  # grpo
+    "DPO_BETA", "sequence_logprob", "implicit_rewards", "dpo_loss",  # dpo
+    "NAME_MAP", "anchor_advantages", "anchor_loss",  # names
+    "PAD", "Rollout", "check_rollout", "rollout", "policy_logprobs",  # rollout
+    "task_rewards", "load_reward", "score_replies",  # rewards
+    "StepCost", "forward_cost", "rollout_cost", "learner_cost", "grpo_step_cost",  # rlcost
+    "DPO_DEFAULTS", "PreferencePairs", "preference_data", "PreferenceModel", "prefer",  # preference
+    "RL_DEFAULTS", "GRPOSettings", "ProblemIndices", "GRPOModel", "reinforce",  # rl
+]  # fmt: skip

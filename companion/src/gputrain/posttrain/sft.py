@@ -97,7 +97,7 @@ def load_chat_model(checkpoint, flag: str = "--checkpoint") -> tuple[GPT, Option
             f"{CHAT_FORMAT!r}; load it with the gputrain that wrote it"
         )
     model = model_from_config(ckpt.model_config, f"checkpoint {str(ckpt.path)!r}")
-    if info.get("stage") == "dpo":  # a policy beside its frozen reference: keep the policy's weights
+    if info.get("stage") in ("dpo", "grpo"):  # a policy (beside its frozen reference): keep the policy's weights
         ckpt = dataclasses.replace(ckpt, weights=_under(ckpt.weights, "policy."), aliases=_policy_aliases(ckpt))
     check_compatible(ckpt, model, None)
     load_weights(model, ckpt.weights, ckpt.aliases)

@@ -1,0 +1,65 @@
+"""``gputrain rl``: GRPO from a checkpoint on a task's train problems, graded exactly (chapter 13)."""
+
+from __future__ import annotations
+
+from .flags import RL_SETTINGS, TRAIN_CONFIG, _add_config_flags, _given, _rank_zero
+from .sft import SFT_FIELDS, _add_lora_flags
+from .train import run_and_report
+
+
+def _rl_default(name: str) -> str:
+    """The default an RL flag shows in --help: RL's own where it differs from pretraining's."""
+    from ..posttrain.rl import RL_DEFAULTS
+    from ..train import TrainConfig
+
+    return f"default: {RL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default)}"
+
+
+def _cmd_rl(args) -> int:
+    overrides = {k: v for k, v in _given(args, TRAIN_CONFIG).items() if k in SFT_FIELDS}
+    settings = _given(args, RL_SETTINGS)
+    from ..bounds import check_fields
+
+    check_fields(overrides)
+    if overrides.get("resume_from"):
+        given = [f"--{k.replace('_', '-')}" for k in settings] + (["--from"] if args.base else [])
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: a resumed RL run keeps the base and the settings its checkpoint records; "
+                "leave them out with --resume-from"
+            )
+    elif args.base is None:
+        raise ValueError("give --from CKPT (usually a checkpoint gputrain sft wrote), or --resume-from DIR")
+    if args.algo != "grpo":
+        raise ValueError(
+            f"--algo {args.algo}: only grpo runs yet (its losses rloo and ppo exist in gputrain.posttrain)"
+        )
+    from ..posttrain.rl import GRPOSettings, reinforce
+
+    rl = {} if overrides.get("resume_from") else {"settings": GRPOSettings(**settings)}
+    if not overrides.get("resume_from"):
+        rl["settings"].check()  # before torch does anything else: one line
+    if args.quiet and "progress" not in overrides:
+        overrides["progress"] = False
+    lora = {"lora_rank": args.lora_rank or 0, "lora_alpha": args.lora_alpha or 0.0}
+    run = lambda: reinforce(args.base, **rl, **lora, **overrides)  # noqa: E731
+    return run_and_report("rl", run, overrides.get("checkpoint_dir", ""), args.quiet or not _rank_zero())
+
+
+def _add_rl(sub) -> None:
+    p = sub.add_parser(
+        "rl",
+        help="reinforcement learning (GRPO) on a task's problems, graded exactly",
+        description="GRPO on the training loop of gputrain train: each step samples --group-size replies to "
+        "--batch-size train problems with the KV cache, grades them, and takes one step of TRL's GRPO-family "
+        "loss (--loss-type, --scale-rewards, --beta with the k3 KL to a frozen reference). The loss is not the "
+        "progress signal: score the result with gputrain eval --task. --resume-from, Ctrl-C and SIGTERM behave "
+        "as in gputrain train.",
+    )
+    p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the checkpoint to start from")
+    p.add_argument("--algo", default="grpo", help="the algorithm (default: grpo, the only one that runs yet)")
+    _add_lora_flags(p)
+    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
+    _add_config_flags(p, RL_SETTINGS)
+    _add_config_flags(p, TRAIN_CONFIG, defaults=_rl_default, only=SFT_FIELDS)
+    p.set_defaults(func=_cmd_rl)

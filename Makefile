@@ -8,7 +8,8 @@
 #   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks pdf pdf-deps record-posttrain
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft pdf pdf-deps \
+	record-posttrain
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -92,6 +93,12 @@ bench-notebooks: setup
 # thread: about 20 minutes on a quiet 2-core Xeon; the chapter reads book/results/posttrain_cpu.json
 record-posttrain: setup
 	OMP_NUM_THREADS=1 $(PY) bench/record_posttrain.py --out book/results/posttrain_cpu.json
+
+# chapter 12's speed table: gputrain sft against TRL's SFTTrainer (PEFT for LoRA), one thread, runs alternated;
+# about 6-9 minutes on the 2-core CPU. Writes book/results/sft_vs_trl_cpu.json (SFT_OUT=... elsewhere)
+SFT_OUT ?= book/results/sft_vs_trl_cpu.json
+bench-sft: setup
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) bench/sft_vs_trl.py --out $(SFT_OUT)
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

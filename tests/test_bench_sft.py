@@ -1,0 +1,49 @@
+"""bench/sft_vs_trl.py --quick: gputrain sft and TRL's SFTTrainer both train, alternated, and the JSON says so."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="TRL is not installed (make setup installs it with the book extra)")
+pytest.importorskip("peft", reason="PEFT is not installed (make setup installs it with the book extra)")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "sft_vs_trl.py"
+
+
+def test_quick_run_trains_both_sides_on_the_same_tokens(tmp_path):
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path / "q.json")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    stored = json.loads((tmp_path / "q.json").read_text())
+    where, data = stored["provenance"], stored["data"]
+    assert where["date"] and "--quick" in where["command"]
+    assert set(data["versions"]) >= {"torch", "transformers", "trl", "peft", "git_commit"} and data["cpu"]
+    assert data["logit_diff_gpt2_twin"] < 1e-4  # the GPT-2 twin computes the base's function
+    for mode in ("full", "lora"):
+        row = data["table"][mode]
+        for side in ("gputrain", "trl"):
+            (run,) = data["runs"][mode][side]  # --quick: one run of each
+            assert run["threads"] == 1 and run["timed_steps"] == data["steps"] - data["skipped_steps"]
+            assert run["tokens"] == data["data"]["tokens_total"], (mode, side)  # one pass over the same tokens
+            assert run["losses"][0] > max(run["losses"][-2:]), (mode, side, run["losses"])  # it learned
+            assert run["tokens_per_s"] > 0 and run["rss_mib"] >= run["rss_start_mib"] > 0
+            assert row[side]["tokens_per_s"]["median"] == run["tokens_per_s"] and "AdamW" in run["optimizer"]
+            assert 1 <= run["positions_per_token"] < 1.3  # padding: little, these conversations are 29-36 tokens
+        assert row["ratio"]["tokens_per_s"] == row["gputrain"]["tokens_per_s"]["median"] / run["tokens_per_s"]
+    lora, full = data["table"]["lora"], data["table"]["full"]
+    assert lora["gputrain"]["trainable"] == lora["trl"]["trainable"] < full["trl"]["trainable"]  # same adapters
+    lines = out.stdout.splitlines()
+    assert [line.split()[3] for line in lines if line.startswith("repeat 1")] == ["gputrain", "trl"] * 2
+    assert any(line.startswith("full  gputrain/TRL: tokens/s x") for line in lines)
+
+
+def test_bad_arguments_are_one_line_and_exit_2():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "3"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "need --repeats >= 1 and --steps >= 7" in out.stderr, out.stderr

@@ -90,7 +90,8 @@ bench-notebooks: setup
 	GPUTRAIN_ENFORCE_NOTEBOOK_LIMIT=1 $(PY) -m pytest -c tests/pytest.ini --rootdir=. $(NB) $(PYTEST_ARGS)
 
 # chapter 12's sweeps (base vs SFT, the synthetic-data curve, the forgetting ledger, the lr sweep) on one
-# thread: about 20 minutes on a quiet 2-core Xeon; the chapter reads book/results/posttrain_cpu.json
+# thread: 27 fine-tuning runs, 28 minutes on the 2-core Xeon while other work kept its load at 4-5;
+# the chapter reads book/results/posttrain_cpu.json
 record-posttrain: setup
 	OMP_NUM_THREADS=1 $(PY) bench/record_posttrain.py --out book/results/posttrain_cpu.json
 

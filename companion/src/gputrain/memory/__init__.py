@@ -11,6 +11,9 @@
   train (LoRA's adapters; chapter 12), with the frozen ones in any format.
 * :func:`expert_parallel_memory` gives the bytes per GPU of a mixture-of-experts
   model whose experts are split over expert-parallel ranks.
+* :func:`stage_memory` gives the bytes of a post-training stage (SFT, DPO,
+  GRPO, PPO: which models it holds, trained or frozen, and the rollouts' KV
+  cache) against an H100's and an H200's memory (chapter 13).
 
 One concern per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -26,6 +29,7 @@ import those above it, never one below::
     measure        measure_step, AllocationTracker             (imports no sibling)
     checkpointing  apply_activation_checkpointing              (imports gputrain.model)
     experts        MoEShape, expert_parallel_memory            (imports recipes, gputrain.moe)
+    stages         stage_memory: SFT, DPO, GRPO, PPO on one GPU (imports estimate, gputrain.device)
 
 Every name is re-exported here, so ``from gputrain.memory import estimate``
 works as it always did.  ``gputrain.memory.estimate`` is the function; the
@@ -46,6 +50,17 @@ from .finetune import finetune_memory
 from .measure import AllocationTracker, held_bytes, measure_step, saved_tensors, tensor_bytes
 from .recipes import OPTIMIZER_STATES, RECIPES, PrecisionRecipe, get_recipe, optimizer_states
 from .shapes import GPT2_SMALL, GPT3_175B, ModelShape, kv_cache_bytes, shape_of
+from .stages import (
+    LLAMA3_70B,
+    LLAMA_7B,
+    ROLLOUT_BATCH,
+    STAGE_GPUS,
+    STAGE_MODELS,
+    STAGE_SEQ_LEN,
+    STAGES,
+    StageMemory,
+    stage_memory,
+)
 
 __all__ = [
     # recipes
@@ -88,4 +103,14 @@ __all__ = [
     "deepseek_v3_shape",
     "stage_params",
     "expert_parallel_memory",
+    # stages
+    "STAGES",
+    "LLAMA_7B",
+    "LLAMA3_70B",
+    "STAGE_MODELS",
+    "STAGE_GPUS",
+    "STAGE_SEQ_LEN",
+    "ROLLOUT_BATCH",
+    "StageMemory",
+    "stage_memory",
 ]

@@ -33,11 +33,19 @@ class ModelShape:
     block_size: int  # longest context (positions with an embedding)
     params_override: Optional[float] = None  # a published parameter count, used instead of the formula
     bias: bool = True  # biases in Linear and LayerNorm layers, as GPTConfig.bias
+    kv_heads: Optional[int] = None  # heads that keep keys and values (grouped-query attention); None: n_head
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ModelShape.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_heads is not None and not 1 <= self.kv_heads <= self.n_head:
+            raise ValueError(f"ModelShape.kv_heads must be 1 to n_head={self.n_head}, got {self.kv_heads}")
+
+    @property
+    def kv_width(self) -> float:
+        """Values per token per block in each of the key and value caches: C, or C x kv_heads / n_head."""
+        return self.n_embd if self.kv_heads is None else self.n_embd * self.kv_heads / self.n_head
 
     def is_moe_layer(self, layer: int) -> bool:
         """Always False: a ModelShape is a dense GPT (``gpt_num_params`` asks, as of a ``GPTConfig``)."""
@@ -103,9 +111,11 @@ def kv_cache_bytes(model, tokens: Optional[int] = None, batch_size: int = 1, byt
 
     Every block keeps one key and one value of width C per token
     (:class:`gputrain.model.KVCache`); ``tokens`` defaults to the model's
-    context.  Chapter 7 checks the formula against the cache's tensors.
+    context.  Chapter 7 checks the formula against the cache's tensors.  A
+    shape with grouped-query attention (``kv_heads``) keeps only its key and
+    value heads: width C x kv_heads / n_head.
     """
     shape = shape_of(model)
     tokens = shape.block_size if tokens is None else tokens
     _check_sizes(tokens=tokens, batch_size=batch_size, bytes_per_value=bytes_per_value)
-    return 2 * shape.n_layer * tokens * shape.n_embd * bytes_per_value * batch_size
+    return 2 * shape.n_layer * tokens * shape.kv_width * bytes_per_value * batch_size

@@ -1,4 +1,4 @@
-"""After pretraining: chat turns, LoRA and tasks with exact graders (chapter 12).
+"""After pretraining: chat turns, LoRA and tasks with exact graders (chapter 12); losses from rewards (chapter 13).
 
 * :class:`ChatFormat` writes a conversation with reserved role and
   end-of-turn tokens and masks the loss to the assistant's tokens;
@@ -17,6 +17,20 @@
 * :func:`evaluate_task` scores a chat model, or a base model prompted with
   few-shot train examples: greedy accuracy (Wilson interval) and the unbiased
   :func:`pass_at_k` (bootstrap interval); :func:`combine_seeds` averages seeds.
+* Learning from rewards, each loss written from scratch and checked against
+  TRL's: :func:`reinforce_loss`, :func:`rloo_loss`, :func:`ppo_loss` with
+  :func:`gae`; :func:`grpo_loss` with :func:`group_advantages` (TRL's
+  ``loss_type`` and ``scale_rewards``); :func:`dpo_loss`; the KL estimators
+  k1, k2, k3 against :func:`exact_kl` (:func:`estimator_stats`); and
+  :data:`NAME_MAP`, what nanochat, MiniMind, CS336 and DeepSeekMath call GRPO
+  in TRL's names.
+* :func:`rollout` samples G replies per prompt with the KV cache and keeps
+  each sampled token's log-prob, masks and the time;
+  :func:`policy_logprobs` is the learner's teacher-forced pass over them.
+  :func:`task_rewards` grades them; :func:`load_reward` and
+  :func:`score_replies` run a user's ``module:function`` reward, checked.
+  :func:`grpo_step_cost` counts a step's rollout and learner FLOPs and bytes
+  for chapter 11's roofline.
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -26,9 +40,17 @@ import those above it, never one below::
     tasks     Problem, problems, safe_eval, grade        (imports no sibling)
     examples  read_records, ChatExamples: padded (x, y)  (imports chat)
     sft       finetune, load_chat_model, chat_model      (imports gputrain.train, chat, examples, lora)
-    generation  generate_replies: batched, KV cache    (imports gputrain.model)
+    generation  generate_replies, decode: batched, KV cache, log-probs  (imports gputrain.model)
     evaluate  pass@k, intervals, few-shot, evaluate_task  (imports gputrain.data, gputrain.model, generation)
     forgetting  text_bits_per_byte, energy_rank of updates  (imports gputrain.model, lora)
+    kl  k1, k2, k3 estimators of KL(p || q), exact_kl, estimator_stats  (imports no sibling)
+    policy_gradient  REINFORCE, RLOO, PPO-clip, GAE, normalisations  (imports no sibling)
+    grpo  group_advantages, grpo_loss in TRL's names, completion log-probs  (imports kl, policy_gradient)
+    dpo  the sigmoid DPO loss, sequence log-probs, implicit rewards  (imports no sibling)
+    names  NAME_MAP: nanochat, MiniMind, CS336, DeepSeekMath in TRL's names  (imports grpo, policy_gradient)
+    rollout  G samples per prompt, their log-probs, masks, time  (imports gputrain.model, generation, grpo)
+    rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
+    rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -44,6 +66,7 @@ from .chat import (
     grow_vocab,
     masked_cross_entropy,
 )
+from .dpo import DPO_BETA, dpo_loss, implicit_rewards, sequence_logprob
 from .evaluate import (
     CONFIDENCE,
     DEFAULT_KS,
@@ -64,7 +87,17 @@ from .evaluate import (
 )
 from .examples import ChatExamples, encode_records, read_records, split_examples
 from .forgetting import energy_rank, text_bits_per_byte, update_ranks, weight_updates
-from .generation import check_sampling, choose, generate_replies, sample_seed
+from .generation import check_prompts, check_sampling, choose, decode, generate_replies, sample_seed, sampling_logits
+from .grpo import (
+    ADVANTAGE_EPS,
+    LOSS_TYPES,
+    SCALE_REWARDS,
+    completion_logprobs,
+    group_advantages,
+    grpo_loss,
+    token_logprobs,
+)
+from .kl import KL_ESTIMATORS, EstimatorStats, estimator_stats, exact_kl, kl_k1, kl_k2, kl_k3
 from .lora import (
     DEFAULT_TARGETS,
     LoRALinear,
@@ -78,6 +111,24 @@ from .lora import (
     unload_lora,
     unmerge_lora,
 )
+from .names import NAME_MAP, anchor_advantages, anchor_loss
+from .policy_gradient import (
+    NORMALISATIONS,
+    PPOLoss,
+    aggregate,
+    clip_fraction,
+    clipped_surrogate,
+    gae,
+    group_view,
+    leave_one_out_baseline,
+    ppo_loss,
+    reinforce_loss,
+    rloo_loss,
+    whiten,
+)
+from .rewards import load_reward, score_replies, task_rewards
+from .rlcost import StepCost, forward_cost, grpo_step_cost, learner_cost, rollout_cost
+from .rollout import PAD, Rollout, check_rollout, policy_logprobs, rollout
 from .sft import (
     CHAT_FORMAT,
     LORA_LR,
@@ -155,6 +206,9 @@ __all__ = [
     "sample_seed",
     "check_sampling",
     "generate_replies",
+    "check_prompts",
+    "decode",
+    "sampling_logits",
     "choose",
     # evaluate
     "DEFAULT_SHOTS",
@@ -178,4 +232,58 @@ __all__ = [
     "weight_updates",
     "energy_rank",
     "update_ranks",
+    # kl
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "KL_ESTIMATORS",
+    "exact_kl",
+    "EstimatorStats",
+    "estimator_stats",
+    # policy_gradient
+    "NORMALISATIONS",
+    "aggregate",
+    "reinforce_loss",
+    "group_view",
+    "leave_one_out_baseline",
+    "rloo_loss",
+    "clipped_surrogate",
+    "clip_fraction",
+    "gae",
+    "whiten",
+    "PPOLoss",
+    "ppo_loss",
+    # grpo
+    "LOSS_TYPES",
+    "SCALE_REWARDS",
+    "ADVANTAGE_EPS",
+    "group_advantages",
+    "token_logprobs",
+    "completion_logprobs",
+    "grpo_loss",
+    # dpo
+    "DPO_BETA",
+    "sequence_logprob",
+    "implicit_rewards",
+    "dpo_loss",
+    # names
+    "NAME_MAP",
+    "anchor_advantages",
+    "anchor_loss",
+    # rollout
+    "PAD",
+    "Rollout",
+    "check_rollout",
+    "rollout",
+    "policy_logprobs",
+    # rewards
+    "task_rewards",
+    "load_reward",
+    "score_replies",
+    # rlcost
+    "StepCost",
+    "forward_cost",
+    "rollout_cost",
+    "learner_cost",
+    "grpo_step_cost",
 ]

@@ -13,6 +13,11 @@ model, a newline for a base model) leaves the batch, its rows of the cache
 with it.  A sampled sequence draws from its own ``torch.Generator``, seeded by
 :func:`sample_seed` from the run's seed, its prompt and its sample number, so
 its tokens are the same in any batch, alone or among thousands.
+
+:func:`decode` is the machinery underneath: it also keeps the stop token and,
+when asked, each sampled token's log-probability under the distribution it
+was drawn from, which reinforcement learning's rollouts need (chapter 13,
+:mod:`~gputrain.posttrain.rollout`).
 """
 
 from __future__ import annotations
@@ -67,6 +72,15 @@ def generate_replies(
     token in the context.  The model runs in eval mode and is left as it was.
     """
     check_sampling(temperature, top_k, samples, max_new_tokens)
+    drawn = 1 if temperature == 0 else samples  # greedy: every sample is the same
+    sampling = dict(temperature=temperature, top_k=top_k, seed=seed, max_new_tokens=max_new_tokens)
+    traces = decode(model, prompts, stop=stop, samples=drawn, batch_size=batch_size, **sampling)
+    out = [[ids[:-1] if ids and ids[-1] == stop else ids for ids, _ in row] for row in traces]
+    return out if drawn == samples else [[list(r[0]) for _ in range(samples)] for r in out]
+
+
+def check_prompts(model: GPT, prompts: Sequence[Sequence[int]]) -> None:
+    """Refuse a prompt that leaves no room for a reply in the model's context, with one line."""
     block = model.cfg.block_size
     for n, p in enumerate(prompts):
         if not 1 <= len(p) < block + 1:
@@ -74,11 +88,37 @@ def generate_replies(
                 f"prompt {n} is {len(p)} tokens; it needs 1 to {block} to leave the model's context of {block} "
                 "room for a reply (shorten it, or use fewer few-shot examples)"
             )
-    drawn = 1 if temperature == 0 else samples
+
+
+@torch.no_grad()
+def decode(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    *,
+    stop: int,
+    samples: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    max_new_tokens: int,
+    batch_size: int,
+    logprobs: bool = False,
+) -> list[list[tuple[list[int], list[float]]]]:
+    """The machinery of :func:`generate_replies`: ``out[i][j]`` is (ids, log-probs) of sample j of prompt i.
+
+    The ids end with ``stop`` where the sequence reached it (the stop token
+    is a choice the policy made, and reinforcement learning scores it).
+    With ``logprobs``, each id's log-probability under the distribution it
+    was drawn from (log softmax of the logits / temperature after the top-k
+    cut; 0.0 for greedy); else the second list is empty.
+    """
+    check_prompts(model, prompts)
+    block = model.cfg.block_size
     groups: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for i, p in enumerate(prompts):
-        groups[len(p)] += [(i, j) for j in range(drawn)]
-    out: list[list[list[int]]] = [[[] for _ in range(drawn)] for _ in prompts]
+        groups[len(p)] += [(i, j) for j in range(samples)]
+    out: list[list[tuple[list[int], list[float]]]] = [[([], []) for _ in range(samples)] for _ in prompts]
+    sampling = (temperature, top_k, seed, logprobs)
     was_training = model.training
     model.eval()
     try:
@@ -86,15 +126,15 @@ def generate_replies(
             steps = min(max_new_tokens, block - length + 1)  # the last token is chosen, never fed back
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start : start + batch_size]
-                replies = _decode(model, [prompts[i] for i, _ in chunk], chunk, stop, steps, temperature, top_k, seed)
-                for (i, j), reply in zip(chunk, replies):
-                    out[i][j] = reply
+                traces = _decode(model, [prompts[i] for i, _ in chunk], chunk, stop, steps, *sampling)
+                for (i, j), trace in zip(chunk, traces):
+                    out[i][j] = trace
     finally:
         model.train(was_training)
-    return out if drawn == samples else [[list(r[0]) for _ in range(samples)] for r in out]
+    return out
 
 
-def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k, seed) -> list[list[int]]:
+def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k, seed, logprobs):
     """One batch of prompts of one length: up to ``steps`` tokens each, a row leaving as it reaches ``stop``."""
     p = next(model.parameters())
     ids = torch.tensor([list(map(int, q)) for q in prompts], dtype=torch.long, device=p.device)  # (B, P)
@@ -105,13 +145,15 @@ def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k
     cache = KVCache(model.cfg, B, capacity=P + steps - 1, device=p.device, dtype=p.dtype)
     logits = model.head(model.hidden(ids, cache)[:, -1])  # (B, V): the prompts run once
     alive = list(range(B))  # the batch row each live sequence came from
-    replies: list[list[int]] = [[] for _ in range(B)]
+    traces: list[tuple[list[int], list[float]]] = [([], []) for _ in range(B)]
     for step in range(steps):
         nxt = choose(logits, temperature, top_k, gens)  # (B',)
+        scores = _chosen_logprobs(logits, nxt, temperature, top_k).tolist() if logprobs else None
+        for k, (row, token) in enumerate(zip(alive, nxt.tolist())):
+            traces[row][0].append(token)
+            if scores is not None:
+                traces[row][1].append(scores[k])
         going = nxt != stop  # (B',)
-        for row, token, go in zip(alive, nxt.tolist(), going.tolist()):
-            if go:
-                replies[row].append(token)
         if step == steps - 1 or not bool(going.any()):
             break
         if not bool(going.all()):  # the finished sequences leave the batch, and their rows of the cache
@@ -122,7 +164,25 @@ def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k
                 layer.k, layer.v = layer.k[going], layer.v[going]
             nxt = nxt[going]
         logits = model.head(model.hidden(nxt[:, None], cache)[:, -1])  # (B', V): one new token each
-    return replies
+    return traces
+
+
+def _chosen_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_k) -> torch.Tensor:
+    """log p(token) (B,) under the distribution :func:`choose` draws from; 0.0 for greedy (a sure choice)."""
+    if temperature == 0:
+        return torch.zeros(len(tokens))
+    wide = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for a float64 model
+    logp = F.log_softmax(sampling_logits(logits, temperature, top_k, wide), dim=-1)  # (B, V)
+    return logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def sampling_logits(logits: torch.Tensor, temperature: float, top_k: int | None = None, dtype=torch.float32):
+    """The logits a draw is made from: in ``dtype``, divided by ``temperature``, below the k-th largest at -inf."""
+    logits = logits.to(dtype) / temperature
+    if top_k:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
 
 
 def choose(
@@ -135,11 +195,7 @@ def choose(
     """
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,): the first of equal maxima
-    logits = logits.float() / temperature
-    if top_k:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)  # (B, V)
+    probs = F.softmax(sampling_logits(logits, temperature, top_k), dim=-1)  # (B, V)
     if generators is None or len(generators) != len(probs):
         raise ValueError("sampling needs one torch.Generator per row of logits")
     return torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[0] for r, g in enumerate(generators)])

@@ -9,7 +9,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 .PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft pdf pdf-deps \
-	record-posttrain
+	record-posttrain record-scaling
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -111,3 +111,9 @@ execute: setup
 
 clean:
 	rm -rf _build book/_static/vendor
+
+# chapter 14's IsoFLOP sweep, its prediction and the 10x run, on one thread (about half an hour on a quiet
+# machine); rewrites book/results/scaling_cpu.json and prints its wall time
+record-scaling: setup
+	@start=$$(date +%s); OMP_NUM_THREADS=1 $(PY) bench/record_scaling.py; \
+	  echo "make record-scaling: $$(( $$(date +%s) - start )) s"

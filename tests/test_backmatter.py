@@ -611,6 +611,10 @@ def test_fact_check_arithmetic_is_right():
         and h100_roofs.bound(step) == "memory",
         "405 × 15.6 ÷ (37 × 14.8) ≈ 11.5": round(405 * 15.6 / (37 * 14.8), 1) == 11.5,
         "1,287 MWh ÷ 10.715 MWh ≈ 120": round(1287 / 10.715) == 120,
+        "14.8 T ÷ 37 B = 400 tokens per active parameter": round(14.8e12 / 37e9) == 400,
+        "6 × 10¹⁴ × 2 × 10¹⁵ = 1.2 × 10³⁰ FLOPs": 6 * 1e14 * 2e15 == 1.2e30,
+        "would need about 3,800 years": round(1.2e30 / (25_000 * 0.4 * h100["bf16"]) / (365.25 * 86400), -2) == 3800,
+        "about 190 years": round(6e28 / (25_000 * 0.4 * h100["bf16"]) / (365.25 * 86400), -1) == 190,
     }
     absent = [s for s in checks if s not in text]
     assert not absent, f"statements no longer in book/fact_check.md: {absent}"

@@ -184,7 +184,7 @@ def test_sigterm_saves_after_the_step_and_the_cli_resume_is_bit_exact(base, data
 
 def test_the_resume_refuses_a_new_base_data_or_adapter(tmp_path):
     r = run_cli("sft", "--resume-from", str(tmp_path), "--data", "x.jsonl")
-    assert r.returncode == 2 and "a resumed fine-tune keeps the base, data and adapters" in r.stderr
+    assert r.returncode == 2 and "a resumed run keeps the base, data and adapters" in r.stderr
 
 
 def test_sft_without_from_or_data_names_both(tmp_path):

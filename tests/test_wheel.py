@@ -109,6 +109,7 @@ def test_every_subcommand_runs_from_the_wheel_outside_the_repository(installed):
         ("eval", "--checkpoint", "ckpt", "--max-batches", "2", "--batch-size", "4"),
         ("memory", "--precision", "fp8-deepseek-v3", "--model", "gpt2-small"),
         ("bench", *BENCH),
+        ("scale", "--budget", "1e21", "--gpu", "H800"),
     ]
     for args in steps:
         out = run(installed, "-m", "gputrain", *args)

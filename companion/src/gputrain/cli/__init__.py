@@ -1,4 +1,5 @@
-"""Command line: ``gputrain info | train | sft | sample | eval | plot | memory | bench``; also ``python -m gputrain``.
+"""Command line: ``gputrain info | train | sft | dpo | sample | eval | plot | memory | bench | scale``;
+also ``python -m gputrain``.
 
 Bad input never gets a traceback: one line on stderr naming the fix, exit
 code 2, and nothing written.  The parser is built without importing torch
@@ -16,10 +17,12 @@ module may import those above it, never one below::
     memory    gputrain memory and the sizes it answers for
     train     gputrain train: flags checked before torch, a resume          (imports gputrain.cli_spec)
     sft       gputrain sft: fine-tuning on chat examples, full or LoRA      (imports train)
+    dpo       gputrain dpo: preference pairs, policy and frozen reference   (imports sft, train)
     sample    gputrain sample: streamed bytes after a prompt, or a chat reply
     eval      gputrain eval: loss, perplexity, bits per byte; a task's accuracy and pass@k
     plot      gputrain plot: a run's metrics.csv drawn
     bench     gputrain bench: the speed ladder and the loop's overhead
+    scale     gputrain scale: compute-optimal N and D, loss and GPU time for a budget
        |
     program   build_parser() with every command, and main()
 

@@ -9,12 +9,14 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from .bench import _add_bench
+from .dpo import _add_dpo
 from .eval import _add_eval
 from .flags import EXIT_USAGE, OneLineParser, _attach_negative_numbers
 from .info import _add_info
 from .memory import _add_memory
 from .plot import _add_plot
 from .sample import _add_sample
+from .scale import _add_scale
 from .sft import _add_sft
 from .train import _add_train
 
@@ -31,10 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_memory(sub)
     _add_train(sub)
     _add_sft(sub)
+    _add_dpo(sub)
     _add_sample(sub)
     _add_eval(sub)
     _add_plot(sub)
     _add_bench(sub)
+    _add_scale(sub)
     return parser
 
 

@@ -26,7 +26,7 @@ def _sft_default(name: str) -> str:
     return f"default: {SFT_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default)}"
 
 
-def _check_sft_flags(args, overrides: dict) -> None:
+def _check_sft_flags(args, overrides: dict, examples: str = "chat examples") -> None:
     """Everything that can be refused before torch loads: the flags' numbers and what a resume may not change."""
     from ..bounds import check_fields
 
@@ -35,13 +35,13 @@ def _check_sft_flags(args, overrides: dict) -> None:
         given = [f for f, v in (("--from", args.base), ("--data", args.data), ("--lora-rank", args.lora_rank)) if v]
         if given:
             raise ValueError(
-                f"{', '.join(given)}: a resumed fine-tune keeps the base, data and adapters its checkpoint "
+                f"{', '.join(given)}: a resumed run keeps the base, data and adapters its checkpoint "
                 "records; leave them out with --resume-from"
             )
         return
     missing = [f for f, v in (("--from CKPT", args.base), ("--data FILE.jsonl", args.data)) if v is None]
     if missing:
-        raise ValueError(f"give {' and '.join(missing)} (or --resume-from DIR to continue a fine-tune)")
+        raise ValueError(f"give {' and '.join(missing)} of {examples} (or --resume-from DIR to continue a run)")
     if args.lora_rank is not None and args.lora_rank <= 0:
         raise ValueError(f"--lora-rank must be >= 1, got {args.lora_rank}; leave it out for full fine-tuning")
     if args.lora_alpha is not None and args.lora_alpha <= 0:
@@ -79,6 +79,13 @@ def _add_sft(sub) -> None:
     )
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the pretrained checkpoint to fine-tune")
     p.add_argument("--data", default=None, metavar="FILE.jsonl", help="chat examples, one JSON record per line")
+    _add_lora_flags(p)
+    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
+    _add_config_flags(p, TRAIN_CONFIG, defaults=_sft_default, only=SFT_FIELDS)
+    p.set_defaults(func=_cmd_sft)
+
+
+def _add_lora_flags(p) -> None:
     p.add_argument("--lora-rank", type=int, default=None, metavar="R", help="train LoRA adapters of rank R only")
     p.add_argument("--lora-alpha", type=_finite_float, default=None, metavar="A", help="LoRA's alpha (default: 2R)")
     p.add_argument(
@@ -87,6 +94,3 @@ def _add_sft(sub) -> None:
         metavar="NAMES",
         help="comma-separated linear layers to adapt (default: attn.qkv,attn.proj,mlp.fc,mlp.proj)",
     )
-    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
-    _add_config_flags(p, TRAIN_CONFIG, defaults=_sft_default, only=SFT_FIELDS)
-    p.set_defaults(func=_cmd_sft)

@@ -31,6 +31,8 @@
   :func:`score_replies` run a user's ``module:function`` reward, checked.
   :func:`grpo_step_cost` counts a step's rollout and learner FLOPs and bytes
   for chapter 11's roofline.
+* :func:`prefer` runs DPO on the training loop itself: preference pairs from
+  JSONL, a policy beside its frozen reference (:class:`PreferenceModel`).
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -51,6 +53,7 @@ import those above it, never one below::
     rollout  G samples per prompt, their log-probs, masks, time  (imports gputrain.model, generation, grpo)
     rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
     rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
+    preference  DPO on the training loop: pairs, PreferenceModel, prefer  (imports gputrain.train, chat, dpo, grpo, sft)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -126,6 +129,7 @@ from .policy_gradient import (
     rloo_loss,
     whiten,
 )
+from .preference import DPO_DEFAULTS, PreferenceModel, PreferencePairs, prefer, preference_data
 from .rewards import load_reward, score_replies, task_rewards
 from .rlcost import StepCost, forward_cost, grpo_step_cost, learner_cost, rollout_cost
 from .rollout import PAD, Rollout, check_rollout, policy_logprobs, rollout
@@ -286,4 +290,10 @@ __all__ = [
     "rollout_cost",
     "learner_cost",
     "grpo_step_cost",
+    # preference
+    "DPO_DEFAULTS",
+    "PreferencePairs",
+    "preference_data",
+    "PreferenceModel",
+    "prefer",
 ]

@@ -97,10 +97,20 @@ def load_chat_model(checkpoint, flag: str = "--checkpoint") -> tuple[GPT, Option
             f"{CHAT_FORMAT!r}; load it with the gputrain that wrote it"
         )
     model = model_from_config(ckpt.model_config, f"checkpoint {str(ckpt.path)!r}")
+    if info.get("stage") == "dpo":  # a policy beside its frozen reference: keep the policy's weights
+        ckpt = dataclasses.replace(ckpt, weights=_under(ckpt.weights, "policy."), aliases=_policy_aliases(ckpt))
     check_compatible(ckpt, model, None)
     load_weights(model, ckpt.weights, ckpt.aliases)
     unload_lora(model)  # merged: the plain GPT, as fast as the base
     return model.eval(), ChatFormat()
+
+
+def _under(tensors: dict, prefix: str) -> dict:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _policy_aliases(ckpt) -> dict:
+    return {k[7:]: v[7:] for k, v in ckpt.aliases.items() if k.startswith("policy.") and v.startswith("policy.")}
 
 
 def _base(base, lora_rank: int, lora_alpha: float, targets, seed: int, fmt: ChatFormat):

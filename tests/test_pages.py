@@ -54,6 +54,7 @@ CHAPTERS_WITH_EXERCISES = [
     "09_experts",
     "10_fp8",
     "11_inside_the_chip",
+    "12_fine_tuning",
     "14_scaling_laws",
 ]
 SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)

@@ -38,7 +38,7 @@ TW = LOCALES / "zh_TW" / "LC_MESSAGES"
 CN_SOURCES = LOCALES / "zh_CN"
 BUILD_LOCALES = ROOT / "_build" / "locales"
 # pages whose docstrings stay English: only the page's own prose is translated
-API_PAGES = ("book/api", "book/api_scaling")
+API_PAGES = ("book/api", "book/api_scaling", "book/api_posttrain")
 
 # dollar math; an escaped \\$ is a plain dollar sign
 _MATH = re.compile(r"(?<!\\)\$\$.*?(?<!\\)\$\$|(?<!\\)\$[^$\n]+?(?<!\\)\$", re.S)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from gputrain.device import cpu_name
 from gputrain.posttrain import (
     ChatFormat,
     chat_model,
@@ -163,22 +164,12 @@ def main(argv=None) -> int:
         runs=runs,
         update_rank90=ranks90,
         wall_seconds=round(time.perf_counter() - t_start, 1),
-        cpu=_cpu_name(),
+        cpu=cpu_name(),
         threads=torch.get_num_threads(),
     )
     write_result(args.out, data, command=" ".join(["python", *sys.argv]))
     print(f"wrote {args.out}: {len(runs)} fine-tuning runs in {data['wall_seconds']:.0f} s")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -28,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gputrain.device import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = [1.25e11 * 2 ** (k / 2) for k in range(5)]
@@ -40,16 +41,6 @@ TENX = 10
 DATA = dict(data="stdlib", corpus_bytes=40_000_000, cache_dir="")  # all of the stdlib (about 31.5 MB)
 EVAL_WINDOWS = 512
 BOOTSTRAP = 200
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str:

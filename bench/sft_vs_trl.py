@@ -449,7 +449,7 @@ def record(args, shared: dict, runs: dict, table: dict) -> None:
                  "peft_targets": list(PEFT_TARGETS)},
         "data": {"task": "arithmetic", "digits": 3, "ops": "+-*", "examples": len(lengths),
                  "tokens_min": min(lengths), "tokens_max": max(lengths), "tokens_mean": statistics.mean(lengths),
-                 "tokens_total": sum(lengths)},
+                 "tokens_total": sum(lengths), "gputrain_padded_length": shared["gputrain_length"]},
         "base": f"gputrain train, {args.base_steps} steps on stdlib text", "logit_diff_gpt2_twin": shared["logit_diff"],
         "tokens_counted": "the conversations' tokens (N per conversation of N ids), never padding",
         "trl_padding": "right, to the longest conversation of each batch, with an attention mask",

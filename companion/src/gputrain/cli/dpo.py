@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .flags import TRAIN_CONFIG, _add_config_flags, _finite_float, _given, _rank_zero
-from .sft import SFT_FIELDS, _add_lora_flags, _check_sft_flags
-from .train import run_and_report
+from .flags import _finite_float
+from .sft import _add_tuning_flags, _check_sft_flags, _lora_settings, _report_tuning, _tuning_overrides
 
 
 def _dpo_default(name: str) -> str:
@@ -16,7 +15,7 @@ def _dpo_default(name: str) -> str:
 
 
 def _cmd_dpo(args) -> int:
-    overrides = {k: v for k, v in _given(args, TRAIN_CONFIG).items() if k in SFT_FIELDS}  # --data is ours
+    overrides = _tuning_overrides(args)
     _check_sft_flags(args, overrides, "preference pairs")
     if args.beta is not None and (args.beta <= 0 or overrides.get("resume_from")):
         raise ValueError(
@@ -24,22 +23,12 @@ def _cmd_dpo(args) -> int:
             if args.beta <= 0
             else "--beta: a resumed DPO run keeps the beta its checkpoint records; leave it out with --resume-from"
         )
-    if args.quiet and "progress" not in overrides:
-        overrides["progress"] = False
     from ..posttrain import DPO_BETA
     from ..posttrain.preference import prefer
 
-    lora = {"lora_rank": args.lora_rank or 0, "lora_alpha": args.lora_alpha or 0.0}
-    if args.lora_targets:
-        lora["lora_targets"] = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+    lora = _lora_settings(args)
     beta = {} if overrides.get("resume_from") else {"beta": DPO_BETA if args.beta is None else args.beta}
-    quiet = args.quiet or not _rank_zero()
-    return run_and_report(
-        "dpo",
-        lambda: prefer(args.base, args.data, **beta, **lora, **overrides),
-        overrides.get("checkpoint_dir", ""),
-        quiet,
-    )
+    return _report_tuning("dpo", args, lambda: prefer(args.base, args.data, **beta, **lora, **overrides), overrides)
 
 
 def _add_dpo(sub) -> None:
@@ -54,7 +43,4 @@ def _add_dpo(sub) -> None:
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the checkpoint to tune (usually SFT)")
     p.add_argument("--data", default=None, metavar="FILE.jsonl", help="preference pairs, one JSON record per line")
     p.add_argument("--beta", type=_finite_float, default=None, help="DPO's beta, the pull to the reference (0.1)")
-    _add_lora_flags(p)
-    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
-    _add_config_flags(p, TRAIN_CONFIG, defaults=_dpo_default, only=SFT_FIELDS)
-    p.set_defaults(func=_cmd_dpo)
+    _add_tuning_flags(p, _dpo_default, _cmd_dpo)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .flags import RL_SETTINGS, TRAIN_CONFIG, _add_config_flags, _given, _rank_zero
-from .sft import SFT_FIELDS, _add_lora_flags
-from .train import run_and_report
+from .flags import RL_SETTINGS, _add_config_flags, _given
+from .sft import _add_tuning_flags, _lora_settings, _report_tuning, _tuning_overrides
 
 
 def _rl_default(name: str) -> str:
@@ -16,7 +15,7 @@ def _rl_default(name: str) -> str:
 
 
 def _cmd_rl(args) -> int:
-    overrides = {k: v for k, v in _given(args, TRAIN_CONFIG).items() if k in SFT_FIELDS}
+    overrides = _tuning_overrides(args)
     settings = _given(args, RL_SETTINGS)
     from ..bounds import check_fields
 
@@ -39,11 +38,8 @@ def _cmd_rl(args) -> int:
     rl = {} if overrides.get("resume_from") else {"settings": GRPOSettings(**settings)}
     if not overrides.get("resume_from"):
         rl["settings"].check()  # before torch does anything else: one line
-    if args.quiet and "progress" not in overrides:
-        overrides["progress"] = False
-    lora = {"lora_rank": args.lora_rank or 0, "lora_alpha": args.lora_alpha or 0.0}
-    run = lambda: reinforce(args.base, **rl, **lora, **overrides)  # noqa: E731
-    return run_and_report("rl", run, overrides.get("checkpoint_dir", ""), args.quiet or not _rank_zero())
+    lora = _lora_settings(args)
+    return _report_tuning("rl", args, lambda: reinforce(args.base, **rl, **lora, **overrides), overrides)
 
 
 def _add_rl(sub) -> None:
@@ -58,8 +54,5 @@ def _add_rl(sub) -> None:
     )
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the checkpoint to start from")
     p.add_argument("--algo", default="grpo", help="the algorithm (default: grpo, the only one that runs yet)")
-    _add_lora_flags(p)
-    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
     _add_config_flags(p, RL_SETTINGS)
-    _add_config_flags(p, TRAIN_CONFIG, defaults=_rl_default, only=SFT_FIELDS)
-    p.set_defaults(func=_cmd_rl)
+    _add_tuning_flags(p, _rl_default, _cmd_rl)

@@ -50,21 +50,35 @@ def _check_sft_flags(args, overrides: dict, examples: str = "chat examples") -> 
         raise ValueError("--lora-alpha needs --lora-rank (LoRA's scale is alpha / rank)")
 
 
-def _cmd_sft(args) -> int:
+def _tuning_overrides(args) -> dict:
+    """The TrainConfig fields a tuning command (sft, dpo, rl) was given; ``--quiet`` also turns progress off."""
     overrides = {k: v for k, v in _given(args, TRAIN_CONFIG).items() if k in SFT_FIELDS}  # --data is ours
-    _check_sft_flags(args, overrides)
     if args.quiet and "progress" not in overrides:
         overrides["progress"] = False
-    from ..posttrain import finetune
+    return overrides
 
+
+def _lora_settings(args) -> dict:
+    """``--lora-rank``, ``--lora-alpha`` and ``--lora-targets`` as the keywords finetune, prefer and reinforce take."""
     lora = {"lora_rank": args.lora_rank or 0, "lora_alpha": args.lora_alpha or 0.0}
     if args.lora_targets:
         lora["lora_targets"] = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+    return lora
+
+
+def _report_tuning(command: str, args, run, overrides: dict) -> int:
+    """Run a tuning command's ``run()`` and turn how it ended into lines and the exit code, as train does."""
     quiet = args.quiet or not _rank_zero()
-    result = run_and_report(
-        "sft", lambda: finetune(args.base, args.data, **lora, **overrides), overrides.get("checkpoint_dir", ""), quiet
-    )
-    return result
+    return run_and_report(command, run, overrides.get("checkpoint_dir", ""), quiet)
+
+
+def _cmd_sft(args) -> int:
+    overrides = _tuning_overrides(args)
+    _check_sft_flags(args, overrides)
+    from ..posttrain import finetune
+
+    lora = _lora_settings(args)
+    return _report_tuning("sft", args, lambda: finetune(args.base, args.data, **lora, **overrides), overrides)
 
 
 def _add_sft(sub) -> None:
@@ -79,13 +93,11 @@ def _add_sft(sub) -> None:
     )
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the pretrained checkpoint to fine-tune")
     p.add_argument("--data", default=None, metavar="FILE.jsonl", help="chat examples, one JSON record per line")
-    _add_lora_flags(p)
-    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
-    _add_config_flags(p, TRAIN_CONFIG, defaults=_sft_default, only=SFT_FIELDS)
-    p.set_defaults(func=_cmd_sft)
+    _add_tuning_flags(p, _sft_default, _cmd_sft)
 
 
-def _add_lora_flags(p) -> None:
+def _add_tuning_flags(p, defaults, func) -> None:
+    """What sft, dpo and rl share after their own flags: LoRA, --quiet, the TrainConfig fields, the command."""
     p.add_argument("--lora-rank", type=int, default=None, metavar="R", help="train LoRA adapters of rank R only")
     p.add_argument("--lora-alpha", type=_finite_float, default=None, metavar="A", help="LoRA's alpha (default: 2R)")
     p.add_argument(
@@ -94,3 +106,6 @@ def _add_lora_flags(p) -> None:
         metavar="NAMES",
         help="comma-separated linear layers to adapt (default: attn.qkv,attn.proj,mlp.fc,mlp.proj)",
     )
+    p.add_argument("--quiet", action="store_true", help="print nothing at the end (and no progress bar)")
+    _add_config_flags(p, TRAIN_CONFIG, defaults=defaults, only=SFT_FIELDS)
+    p.set_defaults(func=func)

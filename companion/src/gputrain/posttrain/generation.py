@@ -90,7 +90,7 @@ def check_prompts(model: GPT, prompts: Sequence[Sequence[int]]) -> None:
             )
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all: the traces leave as Python lists
 def decode(
     model: GPT,
     prompts: Sequence[Sequence[int]],
@@ -192,10 +192,20 @@ def choose(
 
     Row r draws with ``generators[r]``, exactly as :meth:`gputrain.model.GPT.stream`
     draws for a batch of one (logits / temperature, the top-k cut, softmax, multinomial).
+    The draw is ``torch.multinomial``'s own for one sample (ATen's ``Distributions.cpp``):
+    the argmax of p / q with q ~ Exp(1), the ``exponential_`` numbers of the row's
+    generator.  Here each row draws its q and one batched division and argmax pick
+    every row's token: the same tokens, without a ``multinomial`` call and its checks
+    per row (tests/test_posttrain_rollout.py holds the two equal).
     """
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,): the first of equal maxima
     probs = F.softmax(sampling_logits(logits, temperature, top_k), dim=-1)  # (B, V)
     if generators is None or len(generators) != len(probs):
         raise ValueError("sampling needs one torch.Generator per row of logits")
-    return torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[0] for r, g in enumerate(generators)])
+    if bool(probs.isnan().any()):  # multinomial's own check, once per batch
+        raise ValueError("the logits hold NaN, so no token can be drawn; check the model's weights and inputs")
+    q = torch.empty_like(probs)  # (B, V)
+    for row, g in zip(q, generators):
+        row.exponential_(generator=g)
+    return (probs / q).argmax(dim=-1)  # (B,)

@@ -63,6 +63,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before any Hugging Face import: 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "companion" / "src"))  # this checkout's gputrain
 from sft_vs_trl import byte_tokenizer, child, gpt2_state, rss_mib, versions  # noqa: E402  (this folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]

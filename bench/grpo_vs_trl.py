@@ -1,6 +1,6 @@
 """gputrain rl against TRL's GRPOTrainer on the CPU: seconds per GRPO step, the rollout's share, peak memory (issue 33).
 
-    python bench/grpo_vs_trl.py [--rounds 3] [--steps 14] [--out book/results/grpo_vs_trl_cpu.json]
+    python bench/grpo_vs_trl.py [--rounds 5] [--steps 20] [--out book/results/grpo_vs_trl_cpu.json]
     python bench/grpo_vs_trl.py --quick --out /tmp/q.json        # a few steps, one round: the test's run
 
 One GRPO step is a rollout and a learning step: G replies sampled to each of a batch of problems, graded
@@ -338,8 +338,8 @@ def print_table(table: dict, rounds: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="alternated runs of each side (default 3)")
-    parser.add_argument("--steps", type=int, default=14, help=f"GRPO steps per run, the first {SKIP} untimed (14)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternated runs of each side (default 5)")
+    parser.add_argument("--steps", type=int, default=20, help=f"GRPO steps per run, the first {SKIP} untimed (20)")
     parser.add_argument("--quick", action="store_true", help="5 steps, 1 round: the test's run")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON written (default {DEFAULT_OUT})")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)

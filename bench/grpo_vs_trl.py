@@ -387,6 +387,12 @@ def record(args, runs: dict, table: dict) -> None:
         "TRL's generate has min_new_tokens = max_completion_length",
         "prompt_batching": "TRL: one batch, left-padded with an attention mask; gputrain: one batch per prompt length",
         "rollout_share": "generate seconds / step seconds (gputrain: posttrain.rollout; TRL: model.generate)",
+        "phases": {"generate": "the sampling (gputrain: posttrain.rollout; TRL: model.generate)",
+                   "batch": "from the step's start to the learner's input: generate, decoding, grading, advantages, "
+                   "padding (TRL: _generate_and_score_completions)",
+                   "learner_forward": "the scoring pass with gradient and the loss (gputrain: policy_logprobs and "
+                   "grpo_loss; TRL: _compute_loss)",
+                   "rest": "step - batch - learner_forward: backward, clipping, AdamW, the schedule, the loop"},
         "cpu": cpu_name(), "cores": os.cpu_count(), "threads": 1, "versions": versions(),
     }  # fmt: skip
     write_result(args.out, data, command=shlex.join(["python", "bench/grpo_vs_trl.py", *sys.argv[1:]]))

@@ -33,6 +33,9 @@
   for chapter 11's roofline.
 * :func:`prefer` runs DPO on the training loop itself: preference pairs from
   JSONL, a policy beside its frozen reference (:class:`PreferenceModel`).
+  :func:`train_reward_model` trains InstructGPT's Bradley-Terry
+  :class:`RewardModel` on the same pairs; :func:`pairwise_accuracy` scores
+  held-out pairs, :func:`as_reward` makes it a reward for PPO.
   :func:`reinforce` runs GRPO on it too: :class:`GRPOModel`'s forward samples,
   grades and returns the loss of one step.
 
@@ -56,6 +59,7 @@ import those above it, never one below::
     rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
     rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
     preference  DPO on the training loop: pairs, PreferenceModel, prefer  (imports gputrain.train, chat, dpo, grpo, sft)
+    reward_model  Bradley-Terry RM, accuracy, as_reward  (imports gputrain.train, chat, evaluate, preference, sft)
     rl  GRPO on the training loop: GRPOModel samples, grades, learns  (imports gputrain.train, rollout, rewards, sft)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
@@ -133,6 +137,18 @@ from .policy_gradient import (
     whiten,
 )
 from .preference import DPO_DEFAULTS, PreferenceModel, PreferencePairs, prefer, preference_data
+from .reward_model import (
+    RM_DEFAULTS,
+    SCORE_BATCH,
+    STAGE,
+    RewardModel,
+    as_reward,
+    bradley_terry_loss,
+    load_reward_model,
+    pairwise_accuracy,
+    reward_pairs,
+    train_reward_model,
+)
 from .rewards import load_reward, score_replies, task_rewards
 from .rl import RL_DEFAULTS, GRPOModel, GRPOSettings, ProblemIndices, reinforce
 from .rlcost import StepCost, forward_cost, grpo_step_cost, learner_cost, rollout_cost
@@ -188,5 +204,7 @@ __all__ = [
     "task_rewards", "load_reward", "score_replies",  # rewards
     "StepCost", "forward_cost", "rollout_cost", "learner_cost", "grpo_step_cost",  # rlcost
     "DPO_DEFAULTS", "PreferencePairs", "preference_data", "PreferenceModel", "prefer",  # preference
+    "RM_DEFAULTS", "STAGE", "SCORE_BATCH", "bradley_terry_loss", "RewardModel", "reward_pairs", "train_reward_model",
+    "load_reward_model", "pairwise_accuracy", "as_reward",  # reward_model
     "RL_DEFAULTS", "GRPOSettings", "ProblemIndices", "GRPOModel", "reinforce",  # rl
 ]  # fmt: skip

@@ -81,7 +81,8 @@ def untrained(seed: int = 0, head_std: float = 0.0) -> RewardModel:
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("rm")
     start = time.perf_counter()
-    result = train_reward_model(base(), TRAIN, val_fraction=0.1, max_steps=60, checkpoint_dir=str(folder), **FAST)
+    settings = dict(FAST, eval_interval=60, val_fraction=0.1, max_steps=60, checkpoint_dir=str(folder))
+    result = train_reward_model(base(), TRAIN, **settings)
     return SimpleNamespace(result=result, folder=folder, seconds=time.perf_counter() - start)
 
 
@@ -186,6 +187,15 @@ def test_the_reward_model_learns_the_gold_preference_on_pairs_it_never_saw(train
     assert by_digit[9] > by_digit[0]  # the ends of the gold order, one reply at a time
 
 
+def test_the_validation_pairs_are_the_ones_reward_pairs_holds_out(trained):
+    result = trained.result
+    train_set, val_set = reward_pairs(TRAIN, ChatFormat(), SHAPE["block_size"], 0.1, result.config.seed)
+    assert len(val_set) == round(0.1 * len(TRAIN)) and len(train_set) + len(val_set) == len(TRAIN)
+    with torch.no_grad():
+        loss = result.model.eval()(val_set.x, val_set.y)[1].item()
+    assert result.val_losses == [(60, pytest.approx(loss, abs=1e-5))]  # the loop's own validation pass
+
+
 def test_the_checkpoint_loads_back_as_the_trained_reward_model(trained):
     rm, fmt = load_reward_model(trained.folder)
     x, y = reward_pairs(TEST, fmt, rm.block_size)[0][:]
@@ -237,6 +247,11 @@ def test_bad_data_is_one_line_and_writes_nothing(tmp_path, data, message):
     with pytest.raises(ValueError, match=message) as info:
         train_reward_model(base(), data, checkpoint_dir=str(tmp_path / "o"), **FAST)
     assert len(str(info.value).splitlines()) == 1 and snapshot(tmp_path) == before
+
+
+def test_a_reward_model_is_no_chat_model_to_start_from(trained):
+    with pytest.raises(CheckpointError, match="is a reward model, not a chat model; load it with load_reward_model"):
+        train_reward_model(trained.folder, TRAIN, **FAST)
 
 
 def test_a_checkpoint_that_is_not_a_reward_model_is_refused(tmp_path):

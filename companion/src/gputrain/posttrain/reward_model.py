@@ -137,7 +137,8 @@ def train_reward_model(base=None, data=None, *, val_fraction: float = 0.1, **ove
 
     ``data``: a JSONL file of ``{"prompt", "chosen", "rejected"}`` records, or
     a list of them; the last ``val_fraction`` (seeded shuffle) is held out as
-    the validation pairs.  ``overrides`` are TrainConfig fields over
+    the validation pairs, ``reward_pairs(data, ChatFormat(), block_size,
+    val_fraction, seed)[1]`` for :func:`pairwise_accuracy`.  ``overrides`` are TrainConfig fields over
     :data:`RM_DEFAULTS`; with ``resume_from`` the run continues a reward-model
     checkpoint with its own settings.  ``result.model`` is the
     :class:`RewardModel`; :func:`load_reward_model` loads its checkpoint.

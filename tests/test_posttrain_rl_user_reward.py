@@ -90,7 +90,8 @@ def test_a_python_reward_must_be_given_again_on_resume(sft, tmp_path, rewards_fi
     ],
 )
 def test_a_bad_reward_is_one_line_exit_2_and_nothing_written(sft, tmp_path, rewards_file, name, message):
-    flags = "--n-problems 32 --digits 1 --group-size 4 --max-new-tokens 8 --max-steps 2 --warmup-steps 1 --batch-size 4 --quiet"
+    flags = "--n-problems 32 --digits 1 --group-size 4 --max-new-tokens 8 --max-steps 2 --warmup-steps 1"
+    flags += " --batch-size 4 --quiet"
     out = tmp_path / "o"
     r = run_cli("rl", "--from", str(sft), *flags.split(), "--reward", f"{rewards_file}:{name}", "--checkpoint-dir",
                 str(out))  # fmt: skip

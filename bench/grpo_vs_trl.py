@@ -42,9 +42,10 @@ end of every optimizer step and times its phases: ``generate`` (the sampling: gp
 TRL's ``model.generate``), ``batch`` (everything from the step's start to the learner's input: prompts,
 sampling, decoding, grading, advantages, padding; TRL's ``_generate_and_score_completions``),
 ``learner_forward`` (the scoring pass with gradient and the loss: gputrain's ``policy_logprobs`` and
-``grpo_loss``, TRL's ``_compute_loss``) and the rest of the step (backward, clipping, AdamW, the
-schedule, the framework's bookkeeping).  Seconds per step are the median over the steps after
-``SKIP``; the table gives the median over the rounds of each run's median.
+``algo_loss``, TRL's ``_compute_loss``; both also compute each reply position's entropy, detached) and
+the rest of the step (backward, clipping, AdamW, the schedule, the framework's bookkeeping).  Seconds
+per step are the median over the steps after ``SKIP``; the table gives the median over the rounds of each
+run's median.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def run_gputrain(spec: dict) -> dict:
 
     rollout, score, grpo_forward, began = rl.rollout, rl.policy_logprobs, rl.GRPOModel.forward, [0.0]
     rl.rollout, rl.policy_logprobs, rl.GRPOModel.forward = sampled, scored, forward
-    rl.grpo_loss = timed(meter, "learner_forward", rl.grpo_loss)
+    rl.algo_loss = timed(meter, "learner_forward", rl.algo_loss)  # GRPO's loss (grpo_loss) for algo "grpo"
     loop.train_step = stamped
     r, t = spec["recipe"], TASK
     settings = rl.GRPOSettings(
@@ -391,7 +392,7 @@ def record(args, runs: dict, table: dict) -> None:
                    "batch": "from the step's start to the learner's input: generate, decoding, grading, advantages, "
                    "padding (TRL: _generate_and_score_completions)",
                    "learner_forward": "the scoring pass with gradient and the loss (gputrain: policy_logprobs and "
-                   "grpo_loss; TRL: _compute_loss)",
+                   "algo_loss; TRL: _compute_loss)",
                    "rest": "step - batch - learner_forward: backward, clipping, AdamW, the schedule, the loop"},
         "cpu": cpu_name(), "cores": os.cpu_count(), "threads": 1, "versions": versions(),
     }  # fmt: skip

@@ -3,12 +3,11 @@
 import textwrap
 
 import pytest
-from helpers import run_cli, tiny_chat_checkpoint
+from helpers import TINY_RL, TINY_RL_RUN, run_cli, tiny_chat_checkpoint
 
 from gputrain.posttrain import GRPOSettings, reinforce
 
-SMALL = dict(n_problems=32, digits=1, group_size=4, max_new_tokens=8)
-FAST = dict(batch_size=4, warmup_steps=1, progress=False)
+SMALL, FAST = TINY_RL, TINY_RL_RUN
 REWARDS = """
 import math
 

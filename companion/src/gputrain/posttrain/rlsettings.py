@@ -31,11 +31,14 @@ class GRPOSettings:
     beta: float = 0.0  # the k3 KL penalty's weight towards the reference (0: no reference kept)
     temperature: float = 1.0  # sampling temperature
     max_new_tokens: int = 16  # longest reply
+    # algorithm: how rewards become an update, and which reward
     algo: str = "grpo"  # how rewards become a policy update: grpo, rloo or ppo
     reward: str = ""  # module:function or path/to/file.py:function ('': the task's exact grader)
+    # clip: optimizer steps per rollout, and the ratio's clip
     num_iterations: int = 1  # optimizer steps per rollout (TRL's name; > 1: the ratio moves and the clip acts)
     epsilon: float = 0.2  # the ratio's clip, low side (TRL's epsilon)
     epsilon_high: float = 0.0  # the clip's high side (0: equal to epsilon; DAPO uses 0.28)
+    # rloo and ppo: the advantages' normalisation, the value model, the per-token KL penalty, GAE
     normalize_advantages: bool = False  # rloo: scale the batch's advantages to mean 0, std 1 (TRL's name)
     kl_coef: float = 0.05  # ppo: the per-token KL penalty on the reward (InstructGPT's beta)
     vf_coef: float = 0.1  # ppo: the value loss's weight

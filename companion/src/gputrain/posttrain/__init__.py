@@ -33,6 +33,9 @@
   for chapter 11's roofline.
 * :func:`prefer` runs DPO on the training loop itself: preference pairs from
   JSONL, a policy beside its frozen reference (:class:`PreferenceModel`).
+  :func:`train_reward_model` trains InstructGPT's Bradley-Terry
+  :class:`RewardModel` on the same pairs; :func:`pairwise_accuracy` scores
+  held-out pairs, :func:`as_reward` makes it a reward for PPO.
   :func:`reinforce` runs GRPO, RLOO or PPO (:data:`ALGOS`) on it too:
   :class:`GRPOModel`'s forward samples, grades (the task's grader or a
   user's reward) and returns the loss of one step; :class:`ValueModel` is
@@ -59,6 +62,7 @@ import those above it, never one below::
     rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
     rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
     preference  DPO on the training loop: pairs, PreferenceModel, prefer  (imports gputrain.train, chat, dpo, grpo, sft)
+    reward_model  Bradley-Terry RM, accuracy, as_reward  (imports gputrain.train, chat, evaluate, preference, sft)
     value  PPO's value model: the policy's trunk, a zero scalar head  (imports gputrain.model, lora, rollout)
     rlalgos  GRPO, RLOO, PPO: advantages and loss of a scored rollout  (imports grpo, kl, policy_gradient)
     rlcycle  a scored rollout and its store for num_iterations steps  (imports rollout)
@@ -141,6 +145,18 @@ from .policy_gradient import (
     whiten,
 )
 from .preference import DPO_DEFAULTS, PreferenceModel, PreferencePairs, prefer, preference_data
+from .reward_model import (
+    RM_DEFAULTS,
+    SCORE_BATCH,
+    STAGE,
+    RewardModel,
+    as_reward,
+    bradley_terry_loss,
+    load_reward_model,
+    pairwise_accuracy,
+    reward_pairs,
+    train_reward_model,
+)
 from .rewards import load_reward, score_replies, task_rewards
 from .rl import RL_DEFAULTS, GRPOModel, ProblemIndices, reinforce
 from .rlalgos import (
@@ -213,6 +229,8 @@ __all__ = [
     "task_rewards", "load_reward", "score_replies",  # rewards
     "StepCost", "forward_cost", "rollout_cost", "learner_cost", "grpo_step_cost",  # rlcost
     "DPO_DEFAULTS", "PreferencePairs", "preference_data", "PreferenceModel", "prefer",  # preference
+    "RM_DEFAULTS", "STAGE", "SCORE_BATCH", "bradley_terry_loss", "RewardModel", "reward_pairs", "train_reward_model",
+    "load_reward_model", "pairwise_accuracy", "as_reward",  # reward_model
     "ValueModel",  # value
     "ALGOS", "NORMALISE_EPS", "rloo_advantages", "sequence_clip_mask", "rloo_clipped_loss", "ppo_token_rewards",
     "ppo_advantages", "algo_advantages", "AlgoLoss", "algo_loss", "mean_kl",  # rlalgos

@@ -143,3 +143,13 @@ def test_a_checkpoint_mid_cycle_resumes_each_algorithm_exactly(sft, tmp_path, al
               checkpoint_dir=str(tmp_path / "c"), **FAST)  # fmt: skip
     resumed = reinforce(resume_from=str(tmp_path / "c"), reward_fn=digit_share, max_steps=4)
     assert resumed.losses == straight.losses and resumed.model.history[0]["fresh"] is False
+
+
+def test_ppo_alone_samples_one_reply_per_problem(sft):
+    settings = GRPOSettings(**{**SMALL, "group_size": 1}, algo="ppo")
+    result = reinforce(sft, settings=settings, reward_fn=digit_share, max_steps=2, **FAST)
+    assert [h["zero_groups"] for h in result.model.history] == [None, None]
+    assert all(h["tokens"] <= 4 * SMALL["max_new_tokens"] and h["value_loss"] > 0 for h in result.model.history)
+    for algo in ("grpo", "rloo"):
+        with pytest.raises(ValueError, match="group_size must be >= 2"):
+            GRPOSettings(group_size=1, algo=algo).check()

@@ -25,7 +25,7 @@ class GRPOSettings:
     n_problems: int = 512  # distinct train problems drawn
     digits: int = 2  # the task's difficulty: digits per operand
     ops: str = "+"  # arithmetic's operations, e.g. "+" or "+-*"
-    group_size: int = 8  # replies sampled per problem (G)
+    group_size: int = 8  # replies sampled per problem (G; ppo may take 1)
     loss_type: str = "dapo"  # TRL's loss_type: grpo, dr_grpo, dapo or bnpo
     scale_rewards: str = "group"  # TRL's scale_rewards: group, batch or none
     beta: float = 0.0  # the k3 KL penalty's weight towards the reference (0: no reference kept)
@@ -52,8 +52,10 @@ class GRPOSettings:
         return self.beta > 0 or self.algo == "ppo"
 
     def check(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (advantages compare replies in a group), got {self.group_size}")
+        if self.group_size < (1 if self.algo == "ppo" else 2):  # PPO's value model is its baseline: no group needed
+            raise ValueError(
+                f"group_size must be >= 2 (advantages compare replies in a group; only ppo takes 1), got {self.group_size}"
+            )
         if not self.beta >= 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")
         for name, table in (("algo", ALGOS), ("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS)):

@@ -54,7 +54,7 @@ class GRPOSettings:
     def check(self) -> None:
         if self.group_size < (1 if self.algo == "ppo" else 2):  # PPO's value model is its baseline: no group needed
             raise ValueError(
-                f"group_size must be >= 2 (advantages compare replies in a group; only ppo takes 1), got {self.group_size}"
+                f"group_size must be >= 2 (advantages compare replies in a group; ppo takes 1), got {self.group_size}"
             )
         if not self.beta >= 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")

@@ -143,22 +143,31 @@ def batch():
                            old=old, ref=ref, num_items=2 * mask.sum())  # fmt: skip
 
 
-def trl_grpo(hf, batch, advantages, *, on_policy=False, **config):
-    """TRL's GRPOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight, TRL's own log-probs)."""
-    model = hf.model()
-    args = hf.GRPOConfig(
+def online_trainer(hf, kind: str, **config):
+    """TRL's GRPOTrainer or RLOOTrainer (``kind``) on a fresh copy of the GPT-2, set for the frozen batch."""
+    args = getattr(hf, f"{kind}Config")(
         output_dir=hf.out, disable_dropout=True, **PLAIN,
         num_generations=G, per_device_train_batch_size=G * PROMPTS, max_completion_length=T, **config,
     )  # fmt: skip
     prompts = hf.datasets.Dataset.from_dict({"prompt": ["a"] * PROMPTS})
-    trainer = hf.GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                             args=args, train_dataset=prompts, processing_class=hf.tokenizer)  # fmt: skip
+    zero = lambda completions, **_: [0.0] * len(completions)  # noqa: E731 (the loss never reads a reward)
+    trainer = getattr(hf, f"{kind}Trainer")(model=hf.model(), reward_funcs=zero, args=args, train_dataset=prompts,
+                                           processing_class=hf.tokenizer)  # fmt: skip
     trainer.current_gradient_accumulation_steps = 1
-    inputs = dict(
-        prompt_ids=batch.prompt_ids, prompt_mask=torch.ones_like(batch.prompt_ids), completion_ids=batch.completion_ids,
-        completion_mask=batch.mask, advantages=advantages, num_items_in_batch=batch.num_items,
-        ref_per_token_logps=batch.ref,
-    )  # fmt: skip
+    return trainer
+
+
+def completion_inputs(batch, advantages, **more) -> dict:
+    """The frozen batch as a trainer's ``_compute_loss`` reads it."""
+    return dict(prompt_ids=batch.prompt_ids, prompt_mask=torch.ones_like(batch.prompt_ids),
+                completion_ids=batch.completion_ids, completion_mask=batch.mask, advantages=advantages,
+                **more)  # fmt: skip
+
+
+def trl_grpo(hf, batch, advantages, *, on_policy=False, **config):
+    """TRL's GRPOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight, TRL's own log-probs)."""
+    trainer = online_trainer(hf, "GRPO", **config)
+    inputs = completion_inputs(batch, advantages, num_items_in_batch=batch.num_items, ref_per_token_logps=batch.ref)
     if not on_policy:
         inputs["old_per_token_logps"] = batch.old
     loss = trainer._compute_loss(trainer.model, inputs)
@@ -218,19 +227,8 @@ def test_every_grpo_loss_type_equals_trls_loss_and_gradient(hf, batch, loss_type
 
 def trl_rloo(hf, batch, advantages):
     """TRL's RLOOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight)."""
-    model = hf.model()
-    args = hf.RLOOConfig(
-        output_dir=hf.out, disable_dropout=True, **PLAIN, num_generations=G, per_device_train_batch_size=G * PROMPTS,
-        max_completion_length=T, epsilon=EPS_LOW, epsilon_high=EPS_HIGH,
-    )  # fmt: skip
-    prompts = hf.datasets.Dataset.from_dict({"prompt": ["a"] * PROMPTS})
-    trainer = hf.RLOOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                             args=args, train_dataset=prompts, processing_class=hf.tokenizer)  # fmt: skip
-    trainer.current_gradient_accumulation_steps = 1
-    inputs = dict(
-        prompt_ids=batch.prompt_ids, prompt_mask=torch.ones_like(batch.prompt_ids), completion_ids=batch.completion_ids,
-        completion_mask=batch.mask, advantages=advantages, old_logps=(batch.old * batch.mask).sum(1),
-    )  # fmt: skip
+    trainer = online_trainer(hf, "RLOO", epsilon=EPS_LOW, epsilon_high=EPS_HIGH)
+    inputs = completion_inputs(batch, advantages, old_logps=(batch.old * batch.mask).sum(1))
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
     return loss.detach(), grads(trainer.model)

@@ -153,3 +153,5 @@ def test_ppo_alone_samples_one_reply_per_problem(sft):
     for algo in ("grpo", "rloo"):
         with pytest.raises(ValueError, match="group_size must be >= 2"):
             GRPOSettings(group_size=1, algo=algo).check()
+    with pytest.raises(ValueError, match="ppo's KL penalty is kl_coef"):  # beta would be silently unused
+        GRPOSettings(algo="ppo", beta=0.04).check()

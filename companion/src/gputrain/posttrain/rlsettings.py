@@ -78,5 +78,7 @@ class GRPOSettings:
             raise ValueError("kl_coef and vf_coef must be >= 0 and cliprange_value > 0")
         if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
             raise ValueError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
+        if self.algo == "ppo" and self.beta:
+            raise ValueError(f"ppo's KL penalty is kl_coef, on the reward of each token; leave beta 0, got {self.beta}")
         if self.reward and ":" not in self.reward:
             raise ValueError(f"--reward {self.reward!r} is not module:function; e.g. --reward my_rewards:length")

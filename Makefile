@@ -9,7 +9,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 .PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft pdf pdf-deps \
-	record-posttrain record-scaling
+	record-posttrain record-scaling record-rewards
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -94,6 +94,13 @@ bench-notebooks: setup
 # the chapter reads book/results/posttrain_cpu.json
 record-posttrain: setup
 	OMP_NUM_THREADS=1 $(PY) bench/record_posttrain.py --out book/results/posttrain_cpu.json
+
+# chapter 13's experiments: GRPO from chapter 12's SFT model over seeds, an equal-compute SFT control, the
+# loss-type lab, InstructGPT in miniature (reward model, PPO, DPO). One thread; about 25 minutes on the 2-core CPU.
+# PARTS=grpo,control re-records some parts and keeps the rest of book/results/rewards_cpu.json
+record-rewards: setup
+	@start=$$(date +%s); OMP_NUM_THREADS=1 $(PY) bench/record_rewards.py --out book/results/rewards_cpu.json \
+	  $(if $(PARTS),--parts $(PARTS)); echo "make record-rewards: $$(( $$(date +%s) - start )) s"
 
 # chapter 12's speed table: gputrain sft against TRL's SFTTrainer (PEFT for LoRA), one thread, runs alternated;
 # about 6-9 minutes on the 2-core CPU. Writes book/results/sft_vs_trl_cpu.json (SFT_OUT=... elsewhere)

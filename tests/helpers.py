@@ -151,3 +151,20 @@ def import_graph(package: Path) -> dict[str, set[str]]:
                 continue
             graph[name] |= {t for t in targets if t in modules and t != name}
     return graph
+
+
+def tiny_chat_checkpoint(root: Path) -> Path:
+    """A 1-layer GPT pretrained 3 steps on code, then fine-tuned 30 steps on 40 one-digit sums: the RL tests' start.
+
+    Near-uniform over its bytes, it almost never answers right: tests that need rewards to vary give their own.
+    """
+    from gputrain.posttrain import finetune, problems
+    from gputrain.train import TrainConfig, train
+
+    text = root / "code.py"
+    text.write_text("def add(a, b):\n    return a + b\n\n" * 300)
+    base = dict(n_layer=1, n_head=2, n_embd=32, block_size=64, batch_size=4, eval_interval=0, warmup_steps=1)
+    train(TrainConfig(**base, data=str(text), max_steps=3, checkpoint_dir=str(root / "base"), progress=False))
+    records = [{"messages": p.messages()} for p in problems("arithmetic", 40, split="train", digits=1, ops=("+",))]
+    finetune(root / "base", records, max_steps=30, checkpoint_dir=str(root / "sft"), batch_size=8, progress=False)
+    return root / "sft"

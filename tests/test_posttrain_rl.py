@@ -4,25 +4,18 @@ import math
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import run_cli, tiny_chat_checkpoint
 
-from gputrain.posttrain import GRPOModel, GRPOSettings, finetune, load_chat_model, problems, reinforce
-from gputrain.train import TrainConfig, read_checkpoint, train
+from gputrain.posttrain import GRPOModel, GRPOSettings, load_chat_model, reinforce
+from gputrain.train import read_checkpoint
 
-BASE = dict(n_layer=1, n_head=2, n_embd=32, block_size=64, batch_size=4, eval_interval=0, warmup_steps=1)
 SMALL = GRPOSettings(n_problems=32, digits=1, group_size=4, max_new_tokens=8)
 FAST = dict(batch_size=4, warmup_steps=1, progress=False)
 
 
 @pytest.fixture(scope="module")
 def sft(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rl")
-    text = root / "code.py"
-    text.write_text("def add(a, b):\n    return a + b\n\n" * 300)
-    train(TrainConfig(**BASE, data=str(text), max_steps=3, checkpoint_dir=str(root / "base"), progress=False))
-    records = [{"messages": p.messages()} for p in problems("arithmetic", 40, split="train", digits=1, ops=("+",))]
-    finetune(root / "base", records, max_steps=30, checkpoint_dir=str(root / "sft"), batch_size=8, progress=False)
-    return root / "sft"
+    return tiny_chat_checkpoint(tmp_path_factory.mktemp("rl"))
 
 
 def test_a_grpo_step_samples_grades_and_records_what_the_loss_hides(sft):
@@ -61,7 +54,8 @@ def test_a_resumed_grpo_run_redraws_the_same_samples(sft, tmp_path):
         (["--group-size", "1"], "group_size must be >= 2"),
         (["--beta", "-0.1"], "beta must be >= 0"),
         (["--ops", "/"], "ops must be made of"),
-        (["--algo", "ppo"], "only grpo runs yet"),
+        (["--algo", "a2c"], "invalid choice: 'a2c'"),
+        (["--num-iterations", "0"], "num_iterations must be >= 1"),
     ],
 )
 def test_bad_rl_settings_are_one_line_exit_2(sft, tmp_path, flags, message):

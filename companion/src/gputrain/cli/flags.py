@@ -53,7 +53,7 @@ def _attach_negative_numbers(argv: Sequence[str]) -> list[str]:
 # the dataclasses whose fields are flags, and the tables whose names a flag offers: (module, name)
 TRAIN_CONFIG = ("gputrain.train.config", "TrainConfig")
 LADDER_CONFIG = ("gputrain.bench.config", "LadderConfig")
-RL_SETTINGS = ("gputrain.posttrain.rl", "GRPOSettings")
+RL_SETTINGS = ("gputrain.posttrain.rlsettings", "GRPOSettings")
 CHOICES = {
     "optimizer": ("gputrain.train.components", "OPTIMIZERS"),
     "schedule": ("gputrain.train.components", "SCHEDULES"),
@@ -63,6 +63,7 @@ CHOICES = {
     "balance": ("gputrain.moe", "BALANCES"),
     "loss_type": ("gputrain.posttrain.grpo", "LOSS_TYPES"),
     "scale_rewards": ("gputrain.posttrain.grpo", "SCALE_REWARDS"),
+    "algo": ("gputrain.posttrain.rlalgos", "ALGOS"),  # gputrain rl --algo (chapter 13)
     "task": ("gputrain.posttrain.tasks", "TASKS"),  # gputrain eval --task (chapter 12)
 }
 

@@ -29,10 +29,6 @@ def _cmd_rl(args) -> int:
             )
     elif args.base is None:
         raise ValueError("give --from CKPT (usually a checkpoint gputrain sft wrote), or --resume-from DIR")
-    if args.algo != "grpo":
-        raise ValueError(
-            f"--algo {args.algo}: only grpo runs yet (its losses rloo and ppo exist in gputrain.posttrain)"
-        )
     from ..posttrain.rl import GRPOSettings, reinforce
 
     rl = {} if overrides.get("resume_from") else {"settings": GRPOSettings(**settings)}
@@ -53,6 +49,5 @@ def _add_rl(sub) -> None:
         "as in gputrain train.",
     )
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the checkpoint to start from")
-    p.add_argument("--algo", default="grpo", help="the algorithm (default: grpo, the only one that runs yet)")
     _add_config_flags(p, RL_SETTINGS)
     _add_tuning_flags(p, _rl_default, _cmd_rl)

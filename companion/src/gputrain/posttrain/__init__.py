@@ -33,8 +33,14 @@
   for chapter 11's roofline.
 * :func:`prefer` runs DPO on the training loop itself: preference pairs from
   JSONL, a policy beside its frozen reference (:class:`PreferenceModel`).
-  :func:`reinforce` runs GRPO on it too: :class:`GRPOModel`'s forward samples,
-  grades and returns the loss of one step.
+  :func:`train_reward_model` trains InstructGPT's Bradley-Terry
+  :class:`RewardModel` on the same pairs; :func:`pairwise_accuracy` scores
+  held-out pairs, :func:`as_reward` makes it a reward for PPO.
+  :func:`reinforce` runs GRPO, RLOO or PPO (:data:`ALGOS`) on it too:
+  :class:`GRPOModel`'s forward samples, grades (the task's grader or a
+  user's reward) and returns the loss of one step; :class:`ValueModel` is
+  PPO's critic, :class:`RolloutStore` keeps a rollout for ``num_iterations``
+  steps, and :func:`step_record` what each step records (:data:`HISTORY_KEYS`).
 
 One mechanism per module.  Imports go one way, down this list: a module may
 import those above it, never one below::
@@ -56,7 +62,13 @@ import those above it, never one below::
     rewards  task_rewards, a user's module:function reward, checked  (imports tasks)
     rlcost  a GRPO step's rollout and learner FLOPs and bytes  (imports gputrain.memory, gputrain.roofline)
     preference  DPO on the training loop: pairs, PreferenceModel, prefer  (imports gputrain.train, chat, dpo, grpo, sft)
-    rl  GRPO on the training loop: GRPOModel samples, grades, learns  (imports gputrain.train, rollout, rewards, sft)
+    reward_model  Bradley-Terry RM, accuracy, as_reward  (imports gputrain.train, chat, evaluate, preference, sft)
+    value  PPO's value model: the policy's trunk, a zero scalar head  (imports gputrain.model, lora, rollout)
+    rlalgos  GRPO, RLOO, PPO: advantages and loss of a scored rollout  (imports grpo, kl, policy_gradient)
+    rlcycle  a scored rollout and its store for num_iterations steps  (imports rollout)
+    rlstats  a step's record: reward, lengths, entropy, clip, KL, times  (imports no sibling)
+    rlsettings  GRPOSettings: what a step does, in TRL's names  (imports grpo, rlalgos)
+    rl  RL on the training loop: GRPOModel samples, grades, learns  (imports gputrain.train, sft, rl*, value)
 
 Every name is re-exported here, so ``from gputrain.posttrain import apply_lora`` works.
 """
@@ -133,10 +145,38 @@ from .policy_gradient import (
     whiten,
 )
 from .preference import DPO_DEFAULTS, PreferenceModel, PreferencePairs, prefer, preference_data
+from .reward_model import (
+    RM_DEFAULTS,
+    SCORE_BATCH,
+    STAGE,
+    RewardModel,
+    as_reward,
+    bradley_terry_loss,
+    load_reward_model,
+    pairwise_accuracy,
+    reward_pairs,
+    train_reward_model,
+)
 from .rewards import load_reward, score_replies, task_rewards
-from .rl import RL_DEFAULTS, GRPOModel, GRPOSettings, ProblemIndices, reinforce
+from .rl import RL_DEFAULTS, GRPOModel, ProblemIndices, reinforce
+from .rlalgos import (
+    ALGOS,
+    NORMALISE_EPS,
+    AlgoLoss,
+    algo_advantages,
+    algo_loss,
+    mean_kl,
+    ppo_advantages,
+    ppo_token_rewards,
+    rloo_advantages,
+    rloo_clipped_loss,
+    sequence_clip_mask,
+)
 from .rlcost import StepCost, forward_cost, grpo_step_cost, learner_cost, rollout_cost
-from .rollout import PAD, Rollout, check_rollout, policy_logprobs, rollout
+from .rlcycle import RolloutStore, Scored
+from .rlsettings import GRPOSettings
+from .rlstats import HISTORY_KEYS, step_record
+from .rollout import PAD, Rollout, check_rollout, policy_logprobs, rollout, teacher_forced
 from .sft import (
     CHAT_FORMAT,
     LORA_LR,
@@ -160,6 +200,7 @@ from .tasks import (
     safe_eval,
     split_of,
 )
+from .value import ValueModel
 
 __all__ = [
     "ROLES", "SPECIAL_TOKENS", "IGNORE", "Encoded", "ChatFormat", "check_messages", "as_messages",
@@ -184,9 +225,16 @@ __all__ = [
     "grpo_loss",  # grpo
     "DPO_BETA", "sequence_logprob", "implicit_rewards", "dpo_loss",  # dpo
     "NAME_MAP", "anchor_advantages", "anchor_loss",  # names
-    "PAD", "Rollout", "check_rollout", "rollout", "policy_logprobs",  # rollout
+    "PAD", "Rollout", "check_rollout", "rollout", "policy_logprobs", "teacher_forced",  # rollout
     "task_rewards", "load_reward", "score_replies",  # rewards
     "StepCost", "forward_cost", "rollout_cost", "learner_cost", "grpo_step_cost",  # rlcost
     "DPO_DEFAULTS", "PreferencePairs", "preference_data", "PreferenceModel", "prefer",  # preference
+    "RM_DEFAULTS", "STAGE", "SCORE_BATCH", "bradley_terry_loss", "RewardModel", "reward_pairs", "train_reward_model",
+    "load_reward_model", "pairwise_accuracy", "as_reward",  # reward_model
+    "ValueModel",  # value
+    "ALGOS", "NORMALISE_EPS", "rloo_advantages", "sequence_clip_mask", "rloo_clipped_loss", "ppo_token_rewards",
+    "ppo_advantages", "algo_advantages", "AlgoLoss", "algo_loss", "mean_kl",  # rlalgos
+    "Scored", "RolloutStore",  # rlcycle
+    "HISTORY_KEYS", "step_record",  # rlstats
     "RL_DEFAULTS", "GRPOSettings", "ProblemIndices", "GRPOModel", "reinforce",  # rl
 ]  # fmt: skip

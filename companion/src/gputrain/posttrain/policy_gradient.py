@@ -171,17 +171,18 @@ class PPOLoss(NamedTuple):
 
 
 def ppo_loss(logps, old_logps, advantages, mask, values, old_values, returns, *, eps: float = 0.2,
-             value_clip: float = 0.2, vf_coef: float = 0.1) -> PPOLoss:  # fmt: skip
+             value_clip: float = 0.2, vf_coef: float = 0.1, eps_high: float | None = None) -> PPOLoss:  # fmt: skip
     """PPO-clip with a clipped value loss, each a mean over counted tokens.
 
     The value loss is 0.5 max((V - R)^2, (V_clip - R)^2) with V_clip =
     V_old + clip(V - V_old, -value_clip, value_clip): the value model, too,
-    cannot move far from the one that scored the rollout.
+    cannot move far from the one that scored the rollout.  ``eps_high``:
+    the clip's upper side (None: ``eps``).
     """
     advantages, returns = advantages.detach(), returns.detach()
-    policy = aggregate(clipped_surrogate(logps, old_logps, advantages, eps), mask, "token")
+    policy = aggregate(clipped_surrogate(logps, old_logps, advantages, eps, eps_high), mask, "token")
     v_clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
     per_token_value = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2)
     value = aggregate(per_token_value, mask, "token")
-    fraction = clip_fraction(logps, old_logps, advantages, mask, eps)
+    fraction = clip_fraction(logps, old_logps, advantages, mask, eps, eps_high)
     return PPOLoss(policy + vf_coef * value, policy, value, fraction)

@@ -141,7 +141,7 @@ def _padded(rows, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return ids, logps, mask
 
 
-def policy_logprobs(model: GPT, ro: Rollout, temperature: float | None = None) -> torch.Tensor:
+def policy_logprobs(model: GPT, ro: Rollout, temperature: float | None = None, *, entropy: bool = False):
     """The log-prob (N, T) ``model`` gives each sampled token by one teacher-forced pass: the learner's, with gradient.
 
     Rows are grouped by prompt length, so nothing is left-padded (the GPT's
@@ -150,21 +150,45 @@ def policy_logprobs(model: GPT, ro: Rollout, temperature: float | None = None) -
     never reach it.  The reply's last token is scored, never fed back, so a
     reply that fills the context still fits.  ``temperature`` (default: the
     rollout's) divides the logits, as the sampler did.  Pads score 0.
+    ``entropy``: also return (N, T) the entropy of the whole next-token
+    distribution at each reply position, from the same logits (no second
+    pass), detached: a policy that stops exploring shows it here first.
     """
     temperature = ro.temperature if temperature is None else temperature
-    device = next(model.parameters()).device
-    T, block = ro.completions.size(1), model.cfg.block_size
+    T = ro.completions.size(1)
+    pieces, spreads, order = [], [], []
+    for rows, inputs, reply, P in teacher_forced(ro, model.cfg.block_size, next(model.parameters()).device):
+        logits, _ = model(inputs)  # (b, P + width - 1, V)
+        scored = token_logprobs(logits[:, P - 1 :], reply, temperature)  # (b, width)
+        pieces.append(torch.nn.functional.pad(scored, (0, T - reply.size(1))))
+        if entropy:
+            spread = _entropy(logits[:, P - 1 :].detach(), temperature)
+            spreads.append(torch.nn.functional.pad(spread, (0, T - reply.size(1))))
+        order += rows
+    back = torch.argsort(torch.tensor(order, device=pieces[0].device))  # back to the rollout's rows
+    mask = ro.mask.to(device=pieces[0].device, dtype=pieces[0].dtype)
+    out = torch.cat(pieces)[back] * mask
+    return (out, torch.cat(spreads)[back] * mask) if entropy else out
+
+
+def teacher_forced(ro: Rollout, block_size: int, device):
+    """Each group of rows that share a prompt length: (rows, prompt + reply[:-1] ids, reply ids, prompt length).
+
+    The reply's token t is read at position P - 1 + t of the inputs; replies
+    are cut to what fits the context (the sampler stopped there).
+    """
     by_length: dict[int, list[int]] = defaultdict(list)
     for r, p in enumerate(ro.prompts):
         by_length[len(p)].append(r)
-    pieces, order = [], []
     for P, rows in sorted(by_length.items()):
-        width = min(T, block - P + 1)  # no reply to this prompt is longer (the sampler stopped there)
+        width = min(ro.completions.size(1), block_size - P + 1)  # no reply to this prompt is longer
         prompt = torch.tensor([ro.prompts[r] for r in rows], dtype=torch.long, device=device)  # (b, P)
         reply = ro.completions[rows, :width].to(device)  # (b, width)
-        logits, _ = model(torch.cat([prompt, reply[:, :-1]], dim=1))  # (b, P + width - 1, V)
-        scored = token_logprobs(logits[:, P - 1 :], reply, temperature)  # (b, width)
-        pieces.append(torch.nn.functional.pad(scored, (0, T - width)))
-        order += rows
-    out = torch.cat(pieces)[torch.argsort(torch.tensor(order, device=device))]  # back to the rollout's rows
-    return out * ro.mask.to(device=device, dtype=out.dtype)
+        yield rows, torch.cat([prompt, reply[:, :-1]], dim=1), reply, P
+
+
+def _entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(b, T) the entropy in nats of softmax(logits / temperature) at each position."""
+    with torch.no_grad():
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        return -(logp.exp() * logp).sum(-1)

@@ -96,6 +96,10 @@ def load_chat_model(checkpoint, flag: str = "--checkpoint") -> tuple[GPT, Option
             f"checkpoint {str(ckpt.path)!r} uses chat format {info.get('format')!r}, this gputrain knows "
             f"{CHAT_FORMAT!r}; load it with the gputrain that wrote it"
         )
+    if info.get("stage") == "reward_model":  # a trunk under a score head: not a model that writes replies
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} is a reward model, not a chat model; load it with load_reward_model"
+        )
     model = model_from_config(ckpt.model_config, f"checkpoint {str(ckpt.path)!r}")
     if info.get("stage") in ("dpo", "grpo"):  # a policy (beside its frozen reference): keep the policy's weights
         ckpt = dataclasses.replace(ckpt, weights=_under(ckpt.weights, "policy."), aliases=_policy_aliases(ckpt))

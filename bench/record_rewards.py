@@ -335,6 +335,8 @@ def main(argv=None) -> int:
         data = json.loads(Path(args.out).read_text())["data"]
         if data.get("quick", False) != args.quick:
             data = {}  # a quick file and a full one never mix
+    if "control" in parts and "grpo" not in parts and "grpo" not in data:
+        ap.error("--parts control needs the grpo part (its seconds) recorded first")
     test = problems(TASK["task"], q.get("n_test", N_TEST), split="test", **task_args())
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -347,8 +349,6 @@ def main(argv=None) -> int:
         if "grpo" in parts:
             data["grpo"] = part_grpo(sft, runs, test, q)
         if "control" in parts:
-            if "grpo" not in data:
-                ap.error("--parts control needs the grpo part (its seconds) recorded first")
             data["control"] = part_control(sft, runs, test, q, data["grpo"])
         if "lab" in parts:
             data["lab"] = part_lab(sft, runs, test, q)

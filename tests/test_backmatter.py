@@ -618,6 +618,7 @@ def test_fact_check_arithmetic_is_right():
         "6 × 10¹⁴ × 2 × 10¹⁵ = 1.2 × 10³⁰ FLOPs": 6 * 1e14 * 2e15 == 1.2e30,
         "would need about 3,800 years": round(1.2e30 / (25_000 * 0.4 * h100["bf16"]) / (365.25 * 86400), -2) == 3800,
         "about 190 years": round(6e28 / (25_000 * 0.4 * h100["bf16"]) / (365.25 * 86400), -1) == 190,
+        "raising β to 2.0, 100 times the default": round(2.0 / 0.02) == 100,
     }
     absent = [s for s in checks if s not in text]
     assert not absent, f"statements no longer in book/fact_check.md: {absent}"

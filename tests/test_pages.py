@@ -55,6 +55,7 @@ CHAPTERS_WITH_EXERCISES = [
     "10_fp8",
     "11_inside_the_chip",
     "12_fine_tuning",
+    "13_rewards",
     "14_scaling_laws",
 ]
 SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)

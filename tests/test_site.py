@@ -49,8 +49,15 @@ def site():
 def test_book_builds_without_warnings(site):
     pages = list(site.rglob("*.html"))
     assert len(pages) >= 16
-    for stem in ("01_data", "05_optimizers", "09_experts", "10_fp8", "11_inside_the_chip", "12_fine_tuning",
-                 "13_rewards"):
+    for stem in (
+        "01_data",
+        "05_optimizers",
+        "09_experts",
+        "10_fp8",
+        "11_inside_the_chip",
+        "12_fine_tuning",
+        "13_rewards",
+    ):
         assert (site / "chapters" / f"{stem}.html").exists()
 
 

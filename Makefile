@@ -8,8 +8,8 @@
 #   make pdf     build the website, then one PDF per edition (English, 繁體中文, 简体中文) beside its pages
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft pdf pdf-deps \
-	record-posttrain record-scaling record-rewards
+.PHONY: help setup book test lint serve execute translations browser-deps vendor clean bench-notebooks bench-sft bench-grpo pdf \
+	pdf-deps record-posttrain record-scaling record-rewards
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -107,6 +107,12 @@ record-rewards: setup
 SFT_OUT ?= book/results/sft_vs_trl_cpu.json
 bench-sft: setup
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) bench/sft_vs_trl.py --out $(SFT_OUT)
+
+# chapter 13's speed table: one GRPO step (rollout and learning) of gputrain rl against TRL's GRPOTrainer, one
+# thread, runs alternated; about 2-3 minutes on the 2-core CPU. Writes book/results/grpo_vs_trl_cpu.json (GRPO_OUT=...)
+GRPO_OUT ?= book/results/grpo_vs_trl_cpu.json
+bench-grpo: setup
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) bench/grpo_vs_trl.py --out $(GRPO_OUT)
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) book

@@ -292,13 +292,16 @@ def run_trl(spec: dict) -> dict:
     return meter.record(trainer.model, trainer.optimizer)
 
 
-def child(side: str, spec_path: str) -> int:
-    """One measured run: train, then write the stamps, tokens, losses and memory beside the spec."""
+def child(side: str, spec_path: str, runners: dict | None = None) -> int:
+    """One measured run: train, then write the stamps, tokens, losses and memory beside the spec.
+
+    ``runners``: each side's run function (default: this file's; bench/grpo_vs_trl.py passes its own).
+    """
     import torch
 
     torch.set_num_threads(1)
     spec = json.loads(Path(spec_path).read_text())
-    out = (run_gputrain if side == "gputrain" else run_trl)(spec)
+    out = (runners or {"gputrain": run_gputrain, "trl": run_trl})[side](spec)
     out |= {"rss_peak_mib": rss_mib("VmHWM"), "threads": torch.get_num_threads()}
     Path(spec["result"]).write_text(json.dumps(out))
     return 0

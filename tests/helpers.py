@@ -153,6 +153,10 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     return graph
 
 
+TINY_RL = dict(n_problems=32, digits=1, group_size=4, max_new_tokens=8)  # GRPOSettings of the RL tests
+TINY_RL_RUN = dict(batch_size=4, warmup_steps=1, progress=False)  # and their TrainConfig overrides
+
+
 def tiny_chat_checkpoint(root: Path) -> Path:
     """A 1-layer GPT pretrained 3 steps on code, then fine-tuned 30 steps on 40 one-digit sums: the RL tests' start.
 

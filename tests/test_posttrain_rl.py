@@ -70,3 +70,20 @@ def test_gputrain_rl_trains_and_saves_a_loadable_policy(sft, tmp_path):
     r = run_cli("rl", "--from", str(sft), *flags.split(), "--checkpoint-dir", str(tmp_path / "rl"))
     assert r.returncode == 0, r.stderr
     assert load_chat_model(tmp_path / "rl")[1] is not None
+
+
+def test_the_readmes_rl_commands_parse_and_name_every_algorithm():
+    import shlex
+    from pathlib import Path
+
+    from gputrain.cli import build_parser
+    from gputrain.posttrain import ALGOS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    commands = [line for line in readme.splitlines() if line.startswith("gputrain rl ")]
+    assert len(commands) >= 3
+    for line in commands:
+        args = build_parser().parse_args(shlex.split(line)[1:])  # exits 2 on a flag that no longer exists
+        assert args.algo in (None, *ALGOS)
+    section = readme[readme.index("**Rewards (chapter 13).**") :].split("**Score a model")[0]
+    assert all(f"`{name}`" in section for name in ALGOS)

@@ -49,7 +49,10 @@ from gputrain.posttrain import (
     leave_one_out_baseline,
     ppo_loss,
     reinforce_loss,
+    rloo_advantages,
+    rloo_clipped_loss,
     rloo_loss,
+    sequence_clip_mask,
     sequence_logprob,
     token_logprobs,
 )
@@ -79,7 +82,7 @@ def hf(tmp_path_factory):
     import datasets
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-    from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
+    from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     datasets.disable_progress_bars()
     bpe = Tokenizer(models.BPE(vocab={bytes([i]).decode("latin-1"): i for i in range(256)}, merges=[]))
@@ -105,6 +108,7 @@ def hf(tmp_path_factory):
     return SimpleNamespace(
         model=model, tokenizer=tokenizer, out=str(tmp_path_factory.mktemp("trl")), datasets=datasets,
         GRPOConfig=GRPOConfig, GRPOTrainer=GRPOTrainer, DPOConfig=DPOConfig, DPOTrainer=DPOTrainer,
+        RLOOConfig=RLOOConfig, RLOOTrainer=RLOOTrainer,
     )  # fmt: skip
 
 
@@ -139,22 +143,31 @@ def batch():
                            old=old, ref=ref, num_items=2 * mask.sum())  # fmt: skip
 
 
-def trl_grpo(hf, batch, advantages, *, on_policy=False, **config):
-    """TRL's GRPOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight, TRL's own log-probs)."""
-    model = hf.model()
-    args = hf.GRPOConfig(
+def online_trainer(hf, kind: str, **config):
+    """TRL's GRPOTrainer or RLOOTrainer (``kind``) on a fresh copy of the GPT-2, set for the frozen batch."""
+    args = getattr(hf, f"{kind}Config")(
         output_dir=hf.out, disable_dropout=True, **PLAIN,
         num_generations=G, per_device_train_batch_size=G * PROMPTS, max_completion_length=T, **config,
     )  # fmt: skip
     prompts = hf.datasets.Dataset.from_dict({"prompt": ["a"] * PROMPTS})
-    trainer = hf.GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                             args=args, train_dataset=prompts, processing_class=hf.tokenizer)  # fmt: skip
+    zero = lambda completions, **_: [0.0] * len(completions)  # noqa: E731 (the loss never reads a reward)
+    trainer = getattr(hf, f"{kind}Trainer")(model=hf.model(), reward_funcs=zero, args=args, train_dataset=prompts,
+                                           processing_class=hf.tokenizer)  # fmt: skip
     trainer.current_gradient_accumulation_steps = 1
-    inputs = dict(
-        prompt_ids=batch.prompt_ids, prompt_mask=torch.ones_like(batch.prompt_ids), completion_ids=batch.completion_ids,
-        completion_mask=batch.mask, advantages=advantages, num_items_in_batch=batch.num_items,
-        ref_per_token_logps=batch.ref,
-    )  # fmt: skip
+    return trainer
+
+
+def completion_inputs(batch, advantages, **more) -> dict:
+    """The frozen batch as a trainer's ``_compute_loss`` reads it."""
+    return dict(prompt_ids=batch.prompt_ids, prompt_mask=torch.ones_like(batch.prompt_ids),
+                completion_ids=batch.completion_ids, completion_mask=batch.mask, advantages=advantages,
+                **more)  # fmt: skip
+
+
+def trl_grpo(hf, batch, advantages, *, on_policy=False, **config):
+    """TRL's GRPOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight, TRL's own log-probs)."""
+    trainer = online_trainer(hf, "GRPO", **config)
+    inputs = completion_inputs(batch, advantages, num_items_in_batch=batch.num_items, ref_per_token_logps=batch.ref)
     if not on_policy:
         inputs["old_per_token_logps"] = batch.old
     loss = trainer._compute_loss(trainer.model, inputs)
@@ -210,6 +223,29 @@ def test_every_grpo_loss_type_equals_trls_loss_and_gradient(hf, batch, loss_type
     dloss, dgrad, formula = grpo_conformance(hf, batch, loss_type, scale, beta, correction)
     assert dloss <= TOL and dgrad <= TOL, f"{loss_type}, {scale}, beta {beta}: |dloss| {dloss:.1e}, |dgrad| {dgrad:.1e}"
     assert formula <= 1e-12, f"{loss_type}, {scale}, beta {beta}: on TRL's own log-probs |dloss| {formula:.1e}"
+
+
+def trl_rloo(hf, batch, advantages):
+    """TRL's RLOOTrainer._compute_loss on the frozen batch: (loss, gradient of every weight)."""
+    trainer = online_trainer(hf, "RLOO", epsilon=EPS_LOW, epsilon_high=EPS_HIGH)
+    inputs = completion_inputs(batch, advantages, old_logps=(batch.old * batch.mask).sum(1))
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    return loss.detach(), grads(trainer.model)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_rloo_equals_trls_loss_and_gradient(hf, batch, normalize):
+    """TRL's RLOO: one clipped ratio per reply, of its whole log-probability, averaged over replies."""
+    advantages = rloo_advantages(batch.rewards, G, normalize=normalize)
+    theirs = trl_rloo(hf, batch, advantages)
+    mine = ours(hf, batch, lambda lp: rloo_clipped_loss(lp, batch.old, advantages, batch.mask, EPS_LOW, EPS_HIGH))
+    dloss, dgrad = differences(mine, theirs)
+    assert dloss <= TOL and dgrad <= TOL, f"normalize {normalize}: |dloss| {dloss:.1e}, |dgrad| {dgrad:.1e}"
+    with torch.no_grad():  # some replies' ratios are clipped and some are not, or the clip would go unchecked
+        lp = completion_logprobs(logits_of(hf.model()), batch.prompt_ids, batch.completion_ids)
+        clipped = sequence_clip_mask(lp, batch.old, advantages, batch.mask, EPS_LOW, EPS_HIGH)
+    assert 0 < int(clipped.sum()) < len(clipped)
 
 
 def test_the_frozen_batch_exercises_both_sides_of_the_clip_and_unequal_lengths(batch):

@@ -4,20 +4,13 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_chat_checkpoint
+from helpers import TINY_RL, TINY_RL_RUN, tiny_chat_checkpoint
 
 from gputrain.model import GPT, GPTConfig
-from gputrain.posttrain import (
-    HISTORY_KEYS,
-    GRPOSettings,
-    policy_logprobs,
-    reinforce,
-    rollout,
-)
+from gputrain.posttrain import HISTORY_KEYS, GRPOSettings, policy_logprobs, reinforce, rollout
 
 torch.set_num_threads(1)
-SMALL = dict(n_problems=32, digits=1, group_size=4, max_new_tokens=8)
-FAST = dict(batch_size=4, warmup_steps=1, progress=False)
+SMALL, FAST = TINY_RL, TINY_RL_RUN
 
 
 def has_digit(prompts, completions, **columns):

@@ -3,12 +3,12 @@
 import textwrap
 
 import pytest
-from helpers import run_cli, tiny_chat_checkpoint
+import torch
+from helpers import TINY_RL, TINY_RL_RUN, run_cli, tiny_chat_checkpoint
 
 from gputrain.posttrain import GRPOSettings, reinforce
 
-SMALL = dict(n_problems=32, digits=1, group_size=4, max_new_tokens=8)
-FAST = dict(batch_size=4, warmup_steps=1, progress=False)
+SMALL, FAST = TINY_RL, TINY_RL_RUN
 REWARDS = """
 import math
 
@@ -105,3 +105,24 @@ def test_a_python_reward_that_breaks_stops_before_any_gradient(sft):
 
     with pytest.raises(ValueError, match=r"reward broken returned None \(NoneType\) for completion 0"):
         reinforce(sft, settings=GRPOSettings(**SMALL), reward_fn=broken, max_steps=1, **FAST)
+
+
+class ScoreLength(torch.nn.Module):
+    """A reward model in Python: an nn.Module with a weight of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, prompts, completions, **columns):
+        return [float(self.scale.detach()) * len(c) for c in completions]
+
+
+def test_a_reward_model_module_is_neither_trained_nor_saved_with_the_policy(sft, tmp_path):
+    judge = ScoreLength()
+    result = reinforce(sft, settings=GRPOSettings(**SMALL), reward_fn=judge, max_steps=2,
+                       checkpoint_dir=str(tmp_path / "c"), **FAST)  # fmt: skip
+    assert float(judge.scale.detach()) == pytest.approx(0.1) and judge.scale.grad is None
+    assert not any(p is judge.scale for p in result.model.parameters())
+    assert not any(name.startswith("reward") for name in result.model.state_dict())
+    assert result.model.history[0]["reward"] > 0  # it was the reward

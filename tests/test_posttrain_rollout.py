@@ -165,3 +165,36 @@ def test_bad_rollouts_are_refused_with_one_line(kwargs, message):
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="prompt 0 is 25 tokens"):
         rollout(tiny_gpt(), [[1] * 25], group_size=2, stop=-1)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 5), (1.3, 1)])
+def test_the_batched_draw_is_torch_multinomial_row_by_row(temperature, top_k):
+    """choose draws argmax(p / q), q ~ Exp(1) from each row's generator: multinomial's tokens and generator states."""
+    from gputrain.posttrain.generation import choose, sampling_logits
+
+    logits = torch.randn(300, 260, generator=torch.Generator().manual_seed(0)) * 3
+    ours = [torch.Generator().manual_seed(1000 + r) for r in range(len(logits))]
+    theirs = [torch.Generator().manual_seed(1000 + r) for r in range(len(logits))]
+    for _ in range(3):  # the generators go on alike
+        probs = torch.softmax(sampling_logits(logits, temperature, top_k), dim=-1)
+        drawn = torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[0] for r, g in enumerate(theirs)])
+        assert torch.equal(choose(logits, temperature, top_k, ours), drawn)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(ours, theirs))
+    with pytest.raises(ValueError, match="NaN"):
+        choose(torch.full((2, 260), float("nan")), 1.0, None, ours[:2])
+
+
+def test_noise_drawn_ahead_in_blocks_of_any_size_gives_the_same_replies(monkeypatch):
+    """On a CPU each row's Exp(1) noise is drawn several steps at once; a block of one step is choose's own draw."""
+    import gputrain.posttrain.generation as generation
+
+    model, prompts = tiny_gpt(), random_prompts(6, seed=2)
+    kw = dict(group_size=3, temperature=0.8, top_k=20, seed=3, max_new_tokens=12, batch_size=4)
+    monkeypatch.setattr(generation, "NOISE_BLOCK", 1)  # one step at a time
+    kw["stop"] = int(rollout(model, prompts, stop=-1, **kw).completions.flatten().mode().values)  # a common token
+    ref = rollout(model, prompts, **kw)
+    assert ref.stopped.any() and not ref.stopped.all()  # rows leave the batch mid-block
+    for block in (3 * 4 * 260, 5 * 4 * 260, 2**20):
+        monkeypatch.setattr(generation, "NOISE_BLOCK", block)
+        ro = rollout(model, prompts, **kw)
+        assert torch.equal(ro.completions, ref.completions) and torch.equal(ro.logps, ref.logps)

@@ -41,12 +41,14 @@ def _cmd_rl(args) -> int:
 def _add_rl(sub) -> None:
     p = sub.add_parser(
         "rl",
-        help="reinforcement learning (GRPO) on a task's problems, graded exactly",
-        description="GRPO on the training loop of gputrain train: each step samples --group-size replies to "
-        "--batch-size train problems with the KV cache, grades them, and takes one step of TRL's GRPO-family "
-        "loss (--loss-type, --scale-rewards, --beta with the k3 KL to a frozen reference). The loss is not the "
-        "progress signal: score the result with gputrain eval --task. --resume-from, Ctrl-C and SIGTERM behave "
-        "as in gputrain train.",
+        help="reinforcement learning (GRPO, RLOO or PPO) on a task's problems, graded exactly or by your reward",
+        description="RL on the training loop of gputrain train: each step samples --group-size replies to "
+        "--batch-size train problems with the KV cache, grades them (the task's exact grader, or --reward "
+        "module:function, called as TRL calls a reward function), and takes a step of --algo's loss: grpo "
+        "(TRL's GRPO family: --loss-type, --scale-rewards, --beta with the k3 KL to a frozen reference), rloo "
+        "(TRL's RLOO) or ppo (a value model, per-token KL-penalised rewards, GAE, PPO-clip). --num-iterations "
+        "reuses a rollout for several clipped steps. The loss is not the progress signal: score the result "
+        "with gputrain eval --task. --resume-from, Ctrl-C and SIGTERM behave as in gputrain train.",
     )
     p.add_argument("--from", dest="base", default=None, metavar="CKPT", help="the checkpoint to start from")
     _add_config_flags(p, RL_SETTINGS)

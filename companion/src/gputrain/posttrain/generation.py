@@ -31,6 +31,8 @@ import torch.nn.functional as F
 
 from ..model import GPT, KVCache
 
+NOISE_BLOCK = 2**20  # Exp(1) numbers a CPU batch draws ahead at most (4 MiB of float32; see _exponentials)
+
 
 def sample_seed(seed: int, prompt: Sequence[int], sample: int) -> int:
     """The seed of one sequence's generator: a SHA-256 of the run's seed, the prompt's ids and the sample number."""
@@ -90,7 +92,7 @@ def check_prompts(model: GPT, prompts: Sequence[Sequence[int]]) -> None:
             )
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all: the traces leave as Python lists
 def decode(
     model: GPT,
     prompts: Sequence[Sequence[int]],
@@ -146,8 +148,11 @@ def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k
     logits = model.head(model.hidden(ids, cache)[:, -1])  # (B, V): the prompts run once
     alive = list(range(B))  # the batch row each live sequence came from
     traces: list[tuple[list[int], list[float]]] = [([], []) for _ in range(B)]
+    ahead, noise = max(1, NOISE_BLOCK // (B * logits.size(-1))), None  # steps of noise drawn at once (CPU)
     for step in range(steps):
-        nxt = choose(logits, temperature, top_k, gens)  # (B',)
+        if gens is not None and p.device.type == "cpu" and step % ahead == 0:
+            noise = _exponentials(gens, min(ahead, steps - step), logits.size(-1))  # (B', n, V)
+        nxt = choose(logits, temperature, top_k, gens, None if noise is None else noise[:, step % ahead])  # (B',)
         scores = _chosen_logprobs(logits, nxt, temperature, top_k).tolist() if logprobs else None
         for k, (row, token) in enumerate(zip(alive, nxt.tolist())):
             traces[row][0].append(token)
@@ -160,11 +165,26 @@ def _decode(model: GPT, prompts, rows, stop: int, steps: int, temperature, top_k
             keep = going.nonzero().flatten().tolist()
             alive = [alive[k] for k in keep]
             gens = None if gens is None else [gens[k] for k in keep]
+            noise = None if noise is None else noise[going]
             for layer in cache.layers:
                 layer.k, layer.v = layer.k[going], layer.v[going]
             nxt = nxt[going]
         logits = model.head(model.hidden(nxt[:, None], cache)[:, -1])  # (B', V): one new token each
     return traces
+
+
+def _exponentials(generators: list, steps: int, vocab: int) -> torch.Tensor:
+    """(B, steps, V) Exp(1) numbers, row r the next ``steps * V`` of CPU generator r: the noise :func:`choose` draws.
+
+    A CPU generator gives the same numbers in one block as one step at a
+    time, so a batch draws ``steps`` steps of them at once, one call per row
+    instead of one per row and step.  A GPU generator (Philox) does not, so
+    on a GPU :func:`choose` draws them step by step.
+    """
+    q = torch.empty(len(generators), steps, vocab, dtype=torch.float32)  # choose's probabilities are float32
+    for row, g in zip(q, generators):
+        row.exponential_(generator=g)
+    return q
 
 
 def _chosen_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_k) -> torch.Tensor:
@@ -186,16 +206,32 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_k: int | None 
 
 
 def choose(
-    logits: torch.Tensor, temperature: float, top_k: int | None = None, generators: list | None = None
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None = None,
+    generators: list | None = None,
+    noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The next token of each row of ``logits`` (B, V): the argmax at temperature 0, else a draw per row.
 
     Row r draws with ``generators[r]``, exactly as :meth:`gputrain.model.GPT.stream`
     draws for a batch of one (logits / temperature, the top-k cut, softmax, multinomial).
+    The draw is ``torch.multinomial``'s own for one sample (ATen's ``Distributions.cpp``):
+    the argmax of p / q with q ~ Exp(1), the ``exponential_`` numbers of the row's
+    generator.  Here each row draws its q and one batched division and argmax pick
+    every row's token: the same tokens, without a ``multinomial`` call and its checks
+    per row (tests/test_posttrain_rollout.py holds the two equal).  ``noise`` (B, V):
+    those Exp(1) numbers drawn ahead by the generators (:func:`_exponentials`).
     """
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,): the first of equal maxima
     probs = F.softmax(sampling_logits(logits, temperature, top_k), dim=-1)  # (B, V)
     if generators is None or len(generators) != len(probs):
         raise ValueError("sampling needs one torch.Generator per row of logits")
-    return torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[0] for r, g in enumerate(generators)])
+    if bool(probs.isnan().any()):  # multinomial's own check, once per batch
+        raise ValueError("the logits hold NaN, so no token can be drawn; check the model's weights and inputs")
+    if noise is None:
+        noise = torch.empty_like(probs)  # (B, V)
+        for row, g in zip(noise, generators):
+            row.exponential_(generator=g)
+    return (probs / noise).argmax(dim=-1)  # (B,)

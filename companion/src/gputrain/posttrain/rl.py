@@ -88,7 +88,8 @@ class GRPOModel(nn.Module):
         for p in self.reference.parameters() if self.reference is not None else ():
             p.requires_grad_(False)
         self.value = ValueModel(policy) if settings.algo == "ppo" else None
-        self.reward_fn = reward_fn or (load_reward(settings.reward) if settings.reward else None)
+        # kept outside the module tree: a reward model passed as an nn.Module must not train or be saved with the policy
+        self.__dict__["reward_fn"] = reward_fn or (load_reward(settings.reward) if settings.reward else None)
         self.reward_name = settings.reward or getattr(reward_fn, "__name__", None)
         self.store = None
         if settings.num_iterations > 1:

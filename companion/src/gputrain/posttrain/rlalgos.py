@@ -127,7 +127,7 @@ def algo_loss(s, logps, old_logps, mask, advantages, ref_logps=None, values=None
         return AlgoLoss(loss, share, None)
     out = ppo_loss(logps, old_logps, advantages, mask, values, old_values, returns, eps=s.epsilon,
                    eps_high=eps_high, value_clip=s.cliprange_value, vf_coef=s.vf_coef)  # fmt: skip
-    return AlgoLoss(out.total, out.clip_fraction, float(out.value))
+    return AlgoLoss(out.total, out.clip_fraction, float(out.value.detach()))
 
 
 def mean_kl(logps, ref_logps, mask) -> float:

@@ -25,17 +25,20 @@ class GRPOSettings:
     n_problems: int = 512  # distinct train problems drawn
     digits: int = 2  # the task's difficulty: digits per operand
     ops: str = "+"  # arithmetic's operations, e.g. "+" or "+-*"
-    group_size: int = 8  # replies sampled per problem (G)
+    group_size: int = 8  # replies sampled per problem (G; ppo may take 1)
     loss_type: str = "dapo"  # TRL's loss_type: grpo, dr_grpo, dapo or bnpo
     scale_rewards: str = "group"  # TRL's scale_rewards: group, batch or none
     beta: float = 0.0  # the k3 KL penalty's weight towards the reference (0: no reference kept)
     temperature: float = 1.0  # sampling temperature
     max_new_tokens: int = 16  # longest reply
+    # algorithm: how rewards become an update, and which reward
     algo: str = "grpo"  # how rewards become a policy update: grpo, rloo or ppo
     reward: str = ""  # module:function or path/to/file.py:function ('': the task's exact grader)
+    # clip: optimizer steps per rollout, and the ratio's clip
     num_iterations: int = 1  # optimizer steps per rollout (TRL's name; > 1: the ratio moves and the clip acts)
     epsilon: float = 0.2  # the ratio's clip, low side (TRL's epsilon)
     epsilon_high: float = 0.0  # the clip's high side (0: equal to epsilon; DAPO uses 0.28)
+    # rloo and ppo: the advantages' normalisation, the value model, the per-token KL penalty, GAE
     normalize_advantages: bool = False  # rloo: scale the batch's advantages to mean 0, std 1 (TRL's name)
     kl_coef: float = 0.05  # ppo: the per-token KL penalty on the reward (InstructGPT's beta)
     vf_coef: float = 0.1  # ppo: the value loss's weight
@@ -49,8 +52,10 @@ class GRPOSettings:
         return self.beta > 0 or self.algo == "ppo"
 
     def check(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (advantages compare replies in a group), got {self.group_size}")
+        if self.group_size < (1 if self.algo == "ppo" else 2):  # PPO's value model is its baseline: no group needed
+            raise ValueError(
+                f"group_size must be >= 2 (advantages compare replies in a group; ppo takes 1), got {self.group_size}"
+            )
         if not self.beta >= 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")
         for name, table in (("algo", ALGOS), ("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS)):
@@ -73,5 +78,7 @@ class GRPOSettings:
             raise ValueError("kl_coef and vf_coef must be >= 0 and cliprange_value > 0")
         if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
             raise ValueError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
+        if self.algo == "ppo" and self.beta:
+            raise ValueError(f"ppo's KL penalty is kl_coef, on the reward of each token; leave beta 0, got {self.beta}")
         if self.reward and ":" not in self.reward:
             raise ValueError(f"--reward {self.reward!r} is not module:function; e.g. --reward my_rewards:length")

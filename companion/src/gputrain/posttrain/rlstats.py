@@ -7,7 +7,7 @@ progress and its failure modes, under the names TRL logs where it has them:
 
 * ``reward``, ``reward_std``: the mean reward and its spread over replies;
 * ``zero_groups``: the share of prompts whose G replies scored alike
-  (zero advantage: they teach nothing);
+  (zero advantage: they teach nothing; None for G = 1, PPO's one reply);
 * ``length``, ``length_wrong``, ``length_right``: mean reply tokens, over all
   replies, those with reward <= 0 and those with reward > 0 (None where
   there are none): GRPO's length bias grows the wrong ones;
@@ -51,7 +51,7 @@ def step_record(rewards, lengths, group_size: int, entropy, mask, **measured) ->
     record = dict(
         reward=float(rewards.mean()),
         reward_std=float(rewards.std()) if rewards.numel() > 1 else 0.0,
-        zero_groups=float((grouped.std(1) == 0).double().mean()),
+        zero_groups=float((grouped.std(1) == 0).double().mean()) if group_size > 1 else None,
         length=float(lengths.double().mean()),
         length_wrong=_mean_or_none(lengths[rewards <= 0]),
         length_right=_mean_or_none(lengths[rewards > 0]),

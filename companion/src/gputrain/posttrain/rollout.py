@@ -130,14 +130,11 @@ def rollout(
 
 def _padded(rows, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, log-probs) of varying lengths as three (N, T) tensors: ids, log-probs, mask; PAD and 0 after each end."""
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
-    logps = torch.zeros(len(rows), width, dtype=dtype)
-    mask = torch.zeros(len(rows), width)
-    for r, (tokens, scores) in enumerate(rows):
-        ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        logps[r, : len(tokens)] = torch.tensor(scores, dtype=dtype)
-        mask[r, : len(tokens)] = 1.0
+    lengths = [len(tokens) for tokens, _ in rows]
+    width = max(lengths)
+    ids = torch.tensor([[*tokens, *[PAD] * (width - n)] for (tokens, _), n in zip(rows, lengths)], dtype=torch.long)
+    logps = torch.tensor([[*scores, *[0.0] * (width - n)] for (_, scores), n in zip(rows, lengths)], dtype=dtype)
+    mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).to(torch.get_default_dtype())  # 1 on sampled ids
     return ids, logps, mask
 
 

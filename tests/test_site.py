@@ -57,6 +57,7 @@ def test_book_builds_without_warnings(site):
         "11_inside_the_chip",
         "12_fine_tuning",
         "13_rewards",
+        "14_scaling_laws",
     ):
         assert (site / "chapters" / f"{stem}.html").exists()
 

@@ -105,7 +105,16 @@ from .evaluate import (
 )
 from .examples import ChatExamples, encode_records, read_records, split_examples
 from .forgetting import energy_rank, text_bits_per_byte, update_ranks, weight_updates
-from .generation import check_prompts, check_sampling, choose, decode, generate_replies, sample_seed, sampling_logits
+from .generation import (
+    NOISE_BLOCK,
+    check_prompts,
+    check_sampling,
+    choose,
+    decode,
+    generate_replies,
+    sample_seed,
+    sampling_logits,
+)
 from .grpo import (
     ADVANTAGE_EPS,
     LOSS_TYPES,
@@ -212,7 +221,7 @@ __all__ = [
     "read_records", "encode_records", "split_examples", "ChatExamples",  # examples
     "CHAT_FORMAT", "SFT_DEFAULTS", "LORA_LR", "chat_model", "model_from_config", "load_chat_model", "finetune",
     "chat_data",  # sft
-    "sample_seed", "check_sampling", "generate_replies", "check_prompts", "decode", "sampling_logits",
+    "NOISE_BLOCK", "sample_seed", "check_sampling", "generate_replies", "check_prompts", "decode", "sampling_logits",
     "choose",  # generation
     "DEFAULT_SHOTS", "DEFAULT_KS", "CONFIDENCE", "NEWLINE", "pass_at_k", "Estimate", "wilson_interval",
     "bootstrap_means", "t_quantile", "mean_interval", "few_shot_prompt", "prompt_ids", "reply_text", "TaskResult",

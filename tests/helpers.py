@@ -2,6 +2,7 @@
 
 import ast
 import functools
+import json
 import os
 import re
 import shutil
@@ -75,6 +76,15 @@ def run_cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
+
+
+def run_bench_quick(script: Path, out: Path) -> tuple[dict, str]:
+    """A bench script against TRL run with --quick, offline, on one thread: the JSON it wrote, and what it printed."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    argv = [sys.executable, str(script), "--quick", "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text()), done.stdout
 
 
 def accelerate_launch(nprocs: int = 2) -> list[str]:

@@ -1,12 +1,11 @@
 """bench/grpo_vs_trl.py --quick: gputrain rl and TRL's GRPOTrainer both run GRPO steps, alternated; the JSON says so."""
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_bench_quick
 
 pytest.importorskip("trl", reason="TRL is not installed (make setup installs it with the book extra)")
 
@@ -14,13 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "grpo_vs_trl.py"
 
 
 def test_quick_run_steps_both_sides_on_the_same_task_and_lengths(tmp_path):
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path / "q.json")],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    stored = json.loads((tmp_path / "q.json").read_text())
+    stored, printed = run_bench_quick(SCRIPT, tmp_path / "q.json")
     where, data = stored["provenance"], stored["data"]
     assert where["date"] and "--quick" in where["command"]
     assert set(data["versions"]) >= {"torch", "transformers", "trl", "git_commit"} and data["cpu"]
@@ -39,7 +32,7 @@ def test_quick_run_steps_both_sides_on_the_same_task_and_lengths(tmp_path):
     assert trl["logit_diff"] < 1e-4 and trl["same_prompt_ids"]  # the GPT-2 twin: same function, same prompts
     assert table["gputrain"]["parameters"] == table["trl"]["parameters"]
     assert table["ratio"]["step_s"] == table["gputrain"]["step_s"]["median"] / table["trl"]["step_s"]["median"]
-    lines = out.stdout.splitlines()
+    lines = printed.splitlines()
     assert [line.split()[2] for line in lines if line.startswith("round 1")] == ["gputrain", "trl"]
     assert any(line.startswith("gputrain/TRL: seconds per step x") for line in lines)
 

@@ -1,12 +1,11 @@
 """bench/sft_vs_trl.py --quick: gputrain sft and TRL's SFTTrainer both train, alternated, and the JSON says so."""
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_bench_quick
 
 pytest.importorskip("trl", reason="TRL is not installed (make setup installs it with the book extra)")
 pytest.importorskip("peft", reason="PEFT is not installed (make setup installs it with the book extra)")
@@ -15,13 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "sft_vs_trl.py"
 
 
 def test_quick_run_trains_both_sides_on_the_same_tokens(tmp_path):
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path / "q.json")],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    stored = json.loads((tmp_path / "q.json").read_text())
+    stored, printed = run_bench_quick(SCRIPT, tmp_path / "q.json")
     where, data = stored["provenance"], stored["data"]
     stats = data["data"]
     assert where["date"] and "--quick" in where["command"]
@@ -44,7 +37,7 @@ def test_quick_run_trains_both_sides_on_the_same_tokens(tmp_path):
         assert row["ratio"]["tokens_per_s"] == row["gputrain"]["tokens_per_s"]["median"] / run["tokens_per_s"]
     lora, full = data["table"]["lora"], data["table"]["full"]
     assert lora["gputrain"]["trainable"] == lora["trl"]["trainable"] < full["trl"]["trainable"]  # same adapters
-    lines = out.stdout.splitlines()
+    lines = printed.splitlines()
     assert [line.split()[3] for line in lines if line.startswith("repeat 1")] == ["gputrain", "trl"] * 2
     assert any(line.startswith("full  gputrain/TRL: tokens/s x") for line in lines)
 

@@ -54,6 +54,17 @@ def test_eval_task_prints_what_evaluate_task_measures(checkpoints, capsys):
     assert len(lines) == 2 + 1 + 2  # summary, table head, column names, k = 1 and 2
 
 
+def test_eval_ops_asks_only_those_operations(checkpoints, capsys):
+    code, out, err = run(capsys, "eval", "--task", "arithmetic", "--checkpoint", "chat", "--problems", "6",
+                         "--samples", "0", "--ops", "+", "--json")  # fmt: skip
+    assert code == 0, err
+    got = json.loads(out)
+    model, fmt = checkpoints["chat"]
+    asked = problems("arithmetic", 6, split="test", seed=0, ops=("+",))
+    assert all("+" in p.question and "*" not in p.question for p in asked) and got["ops"] == "+"
+    assert got["greedy_correct"] == evaluate_task(model, fmt, asked, samples=0, ks=()).greedy_correct
+
+
 def test_eval_task_without_samples_reports_greedy_accuracy_only(checkpoints, capsys):
     code, out, err = run(capsys, "eval", "--task", "arithmetic", "--checkpoint", "base", "--problems", "3",
                          "--samples", "0", "--shots", "1")  # fmt: skip
@@ -83,6 +94,7 @@ def test_sample_chat_prints_the_reply_of_one_chat_turn(checkpoints, capsys):
         (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--samples", "0", "--k", "1"], "--k needs"),
         (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--problems", "0"], "--problems must be >= 1"),
         (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--digits", "0"], "digits"),
+        (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--ops", "/"], "--ops takes arithmetic's"),
         (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--temperature", "-1"], "temperature must be"),
         (["eval", "--task", "arithmetic", "--checkpoint", "base", "--shots", "9"], "use fewer shots"),
         (["eval", "--task", "arithmetic", "--checkpoint", "chat", "--data", "x.txt"], "leave it out with --task"),

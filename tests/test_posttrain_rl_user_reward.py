@@ -126,3 +126,13 @@ def test_a_reward_model_module_is_neither_trained_nor_saved_with_the_policy(sft,
     assert not any(p is judge.scale for p in result.model.parameters())
     assert not any(name.startswith("reward") for name in result.model.state_dict())
     assert result.model.history[0]["reward"] > 0  # it was the reward
+
+
+def test_the_rl_command_closes_with_the_rewards_move_and_the_sampled_tokens():
+    from gputrain.cli.rl import _rewards_line
+
+    steps = [dict(reward=r, tokens=100, fresh=i % 2 == 0, rollout_seconds=0.5 if i % 2 == 0 else 0.0)
+             for i, r in enumerate([0.0] * 10 + [0.5] * 10)]  # fmt: skip
+    line = _rewards_line(steps)
+    assert line.startswith("rl: mean reward 0.000 -> 0.500 (first and last 2 steps); 1,000 sampled tokens, 200/s")
+    assert _rewards_line([]) == "rl: no step ran"

@@ -7,8 +7,8 @@ import json
 from .flags import CHOICES, _finite_float, _names
 
 _TEXT_FLAGS = ("data", "corpus_bytes", "max_batches", "batch_size")  # the text evaluation's own flags
-_TASK_FLAGS = ("problems", "samples", "digits", "temperature", "top_k", "seed", "shots", "k")
-_TASK_DEFAULTS = dict(problems=100, samples=16, digits=2, temperature=1.0, top_k=0, seed=0)
+_TASK_FLAGS = ("problems", "samples", "digits", "ops", "temperature", "top_k", "seed", "shots", "k")
+_TASK_DEFAULTS = dict(problems=100, samples=16, digits=2, ops="+*", temperature=1.0, top_k=0, seed=0)
 
 
 def _cmd_eval(args) -> int:
@@ -70,10 +70,14 @@ def _cmd_eval_task(args) -> int:
     opts = {f: _TASK_DEFAULTS[f] if getattr(args, f) is None else getattr(args, f) for f in _TASK_DEFAULTS}
     if opts["problems"] < 1 or opts["samples"] < 0:
         raise ValueError(f"--problems must be >= 1 and --samples >= 0; got {opts['problems']} and {opts['samples']}")
+    if not opts["ops"] or set(opts["ops"]) - set("+-*"):
+        raise ValueError(f"--ops takes arithmetic's operations, some of + - * (e.g. --ops +); got {opts['ops']!r}")
     ks = _ks(args.k, opts["samples"])
     from ..posttrain import evaluate_task, load_chat_model, problems
 
-    test = problems(args.task, opts["problems"], split="test", seed=opts["seed"], digits=opts["digits"])
+    test = problems(
+        args.task, opts["problems"], split="test", seed=opts["seed"], digits=opts["digits"], ops=tuple(opts["ops"])
+    )
     model, fmt = load_chat_model(args.checkpoint)
     r = evaluate_task(
         model,
@@ -88,7 +92,8 @@ def _cmd_eval_task(args) -> int:
         digits=opts["digits"],
     )
     if args.json:
-        print(json.dumps({"checkpoint": str(args.checkpoint), "digits": opts["digits"], **r.to_dict()}, indent=2))
+        info = {"checkpoint": str(args.checkpoint), "digits": opts["digits"], "ops": opts["ops"]}
+        print(json.dumps({**info, **r.to_dict()}, indent=2))
     else:
         print(r.summary())
         if r.pass_at:
@@ -128,6 +133,9 @@ def _add_task_flags(p_eval) -> None:
         "--samples", type=int, default=None, metavar="N", help="sampled replies per problem for pass@k (default: 16)"
     )
     t.add_argument("--digits", type=int, default=None, help="operand digits, the difficulty (default: 2)")
+    t.add_argument(
+        "--ops", default=None, help="arithmetic's operations, e.g. + to match gputrain rl's default (default: +*)"
+    )
     t.add_argument(
         "--temperature", type=_finite_float, default=None, help="of the samples; greedy is always 0 (default: 1.0)"
     )

@@ -35,7 +35,30 @@ def _cmd_rl(args) -> int:
     if not overrides.get("resume_from"):
         rl["settings"].check()  # before torch does anything else: one line
     lora = _lora_settings(args)
-    return _report_tuning("rl", args, lambda: reinforce(args.base, **rl, **lora, **overrides), overrides)
+    done = []
+    rc = _report_tuning("rl", args, lambda: _kept(done, reinforce(args.base, **rl, **lora, **overrides)), overrides)
+    if done and not args.quiet:
+        print(_rewards_line(done[0].model.history))
+    return rc
+
+
+def _kept(box: list, result):
+    box.append(result)
+    return result
+
+
+def _rewards_line(history: list) -> str:
+    """What the loop's summary cannot say for RL (its "tokens" are problems): the reward's move, the sampled tokens."""
+    if not history:
+        return "rl: no step ran"
+    n = max(1, len(history) // 10)
+    first, last = (sum(h["reward"] for h in part) / len(part) for part in (history[:n], history[-n:]))
+    sampled = sum(h["tokens"] for h in history if h["fresh"])
+    seconds = sum(h["rollout_seconds"] for h in history)
+    return (
+        f"rl: mean reward {first:.3f} -> {last:.3f} (first and last {n} steps); {sampled:,} sampled tokens, "
+        f"{sampled / max(seconds, 1e-9):,.0f}/s while sampling; held-out accuracy: gputrain eval --task"
+    )
 
 
 def _add_rl(sub) -> None:

@@ -61,11 +61,18 @@ QUICK = dict(base_steps=60, sft_steps=30, n_test=24, n_train=300, curve=(100,), 
 QUICK["seeds"] = (0, 1)
 
 
+def finished(result):
+    """``result`` of a run that ran to its end; a run Ctrl-C or SIGTERM stopped ends the whole recording."""
+    if result.interrupted:
+        raise SystemExit(f"stopped by {result.interrupted} after step {result.steps}: nothing was recorded")
+    return result
+
+
 def pretrain(root: Path, steps: int) -> tuple[Path, torch.Tensor, float, float]:
     """The base GPT: its checkpoint, its held-out pretraining tokens, its bits per byte there, the seconds."""
     cfg = TrainConfig(**{**BASE, "max_steps": steps, "checkpoint_dir": str(root / "base"), "progress": False})
     t0 = time.perf_counter()
-    result = train(cfg)
+    result = finished(train(cfg))
     seconds = time.perf_counter() - t0
     val_tokens = build_data(cfg)[1].tokens  # the trailing 10% of the text the base never trained on
     return root / "base", val_tokens, text_bits_per_byte(result.model, val_tokens), seconds
@@ -83,10 +90,10 @@ def score(model, fmt, test, seed: int, samples: int, shots=None) -> dict:
 def one_run(name: str, base: Path, records, val_tokens, test, *, seed, lr, steps, samples=0, rank=0, keep=None):
     """Fine-tune, then score: accuracy, bits per byte on the pretraining text, time; ``keep`` gets the model."""
     t0 = time.perf_counter()
-    result = finetune(
+    result = finished(finetune(
         str(base), records, lora_rank=rank, seed=seed, lr=lr, **{**SFT, "max_steps": steps},
         eval_interval=steps, progress=False,
-    )  # fmt: skip
+    ))  # fmt: skip
     seconds = time.perf_counter() - t0
     model = result.model.eval()
     held = max(1, round(SFT["val_fraction"] * len(records)))  # what split_examples holds out

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_posttrain import FULL_LR, SFT, TASK, pretrain  # noqa: E402  the start is chapter 12's
+from record_posttrain import FULL_LR, SFT, TASK, finished, pretrain  # noqa: E402  the start is chapter 12's
 
 from gputrain.device import cpu_name  # noqa: E402
 from gputrain.posttrain import (  # noqa: E402
@@ -111,8 +111,8 @@ def prepare(root: Path, q: dict) -> Path:
     pool = problems(TASK["task"], q.get("n_train", TASK["n_train"]), split="train", **task_args())
     records = [{"messages": p.messages()} for p in pool]
     print(f"fine-tuning it ({steps} steps)", flush=True)
-    finetune(str(base), records, seed=SFT_SEED, lr=FULL_LR, **{**SFT, "max_steps": steps}, eval_interval=steps,
-             progress=False, checkpoint_dir=str(sft))  # fmt: skip
+    cfg = {**SFT, "max_steps": steps, "eval_interval": steps}
+    finished(finetune(str(base), records, seed=SFT_SEED, lr=FULL_LR, **cfg, progress=False, checkpoint_dir=str(sft)))
     return sft
 
 
@@ -133,8 +133,8 @@ def grpo_run(sft: Path, out_dir: Path, seed: int, test, q: dict, *, settings: di
     s = GRPOSettings(**{**GRPO, **(settings or {})})
     t0 = time.perf_counter()
     rl = {**RL, "max_steps": steps, "warmup_steps": min(RL["warmup_steps"], steps // 2), **overrides}
-    result = reinforce(str(sft), settings=s, **rl, seed=seed, checkpoint_dir=str(out_dir),
-                       checkpoint_interval=every, keep_checkpoints=steps // every + 1, progress=False)  # fmt: skip
+    rl.update(checkpoint_dir=str(out_dir), checkpoint_interval=every, keep_checkpoints=steps // every + 1)
+    result = finished(reinforce(str(sft), settings=s, **rl, seed=seed, progress=False))
     seconds = time.perf_counter() - t0
     history = result.model.history
     print(f"  {out_dir.name}: {steps} steps in {seconds:.1f} s", flush=True)
@@ -145,7 +145,8 @@ def grpo_run(sft: Path, out_dir: Path, seed: int, test, q: dict, *, settings: di
 def sft_more(sft: Path, records, seed: int, steps: int, **overrides):
     """More SFT from the SFT checkpoint, at its settings; the warmup fits the steps."""
     cfg = {**SFT, "max_steps": steps, "warmup_steps": min(SFT["warmup_steps"], steps // 2)}
-    return finetune(str(sft), records, seed=seed, lr=FULL_LR, **cfg, eval_interval=0, progress=False, **overrides)
+    return finished(finetune(str(sft), records, seed=seed, lr=FULL_LR, **cfg, eval_interval=0, progress=False,
+                             **overrides))  # fmt: skip
 
 
 def part_start(sft: Path, test, q: dict) -> dict:
@@ -287,9 +288,9 @@ def igpt(sft: Path, root: Path, q: dict) -> dict:
     records = label_pairs(start, pool, seed=1, quick=bool(q))
     held = problems(TASK["task"], s["measure_problems"], split="test", **task_args())
     t0 = time.perf_counter()
-    rm_run = train_reward_model(str(sft), records, val_fraction=s["rm_val_fraction"], seed=0, progress=False,
-                                max_steps=s["rm_steps"], lr=s["rm_lr"], eval_interval=0,
-                                warmup_steps=min(10, s["rm_steps"] // 2))  # fmt: skip
+    rm_run = finished(train_reward_model(str(sft), records, val_fraction=s["rm_val_fraction"], seed=0,
+                                         progress=False, max_steps=s["rm_steps"], lr=s["rm_lr"], eval_interval=0,
+                                         warmup_steps=min(10, s["rm_steps"] // 2)))  # fmt: skip
     rm = rm_run.model
     rm_seconds = time.perf_counter() - t0
     val = reward_pairs(records, ChatFormat(), rm.block_size, s["rm_val_fraction"], 0)[1]  # what training held out
@@ -310,9 +311,10 @@ def igpt(sft: Path, root: Path, q: dict) -> dict:
         name = f"dpo-b{beta:g}"
         t0 = time.perf_counter()
         every, steps = s["every"], s["dpo_steps"]
-        prefer(str(sft), records, beta=beta, seed=0, max_steps=steps, lr=s["dpo_lr"], checkpoint_dir=str(root / name),
-               checkpoint_interval=every, keep_checkpoints=steps // every + 1, progress=False,
-               warmup_steps=min(10, steps // 2), eval_interval=0)  # fmt: skip
+        finished(prefer(str(sft), records, beta=beta, seed=0, max_steps=steps, lr=s["dpo_lr"],
+                        checkpoint_dir=str(root / name), checkpoint_interval=every,
+                        keep_checkpoints=steps // every + 1, progress=False, warmup_steps=min(10, steps // 2),
+                        eval_interval=0))  # fmt: skip
         out["dpo"][f"{beta:g}"] = dict(seconds=round(time.perf_counter() - t0, 2),
                                        checkpoints=measured_checkpoints(root / name, start, proxy, held))  # fmt: skip
     return out

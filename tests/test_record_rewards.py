@@ -47,3 +47,23 @@ def test_parts_are_rerecorded_alone_and_a_bad_part_is_one_line(tmp_path):
     assert r.returncode == 2 and "unknown ['nonsense']" in r.stderr and not out.exists()
     r = record(out, "--parts", "control")
     assert r.returncode == 2 and "needs the grpo part" in r.stderr and not out.exists()
+
+
+def test_a_run_stopped_by_a_signal_ends_the_recording_with_nothing_written():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from record_posttrain import finished
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    class Run:
+        interrupted, steps = None, 7
+
+    assert finished(Run) is Run  # a run that reached its end goes on
+    Run.interrupted = "SIGTERM"
+    try:
+        finished(Run)
+    except SystemExit as exc:
+        assert str(exc) == "stopped by SIGTERM after step 7: nothing was recorded"
+    else:
+        raise AssertionError("an interrupted run must end the recording")

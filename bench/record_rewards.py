@@ -30,6 +30,7 @@ and asserts them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -138,7 +139,7 @@ def grpo_run(sft: Path, out_dir: Path, seed: int, test, q: dict, *, settings: di
     seconds = time.perf_counter() - t0
     history = result.model.history
     print(f"  {out_dir.name}: {steps} steps in {seconds:.1f} s", flush=True)
-    return dict(seed=seed, settings=s.__dict__ | {}, steps=steps, seconds=round(seconds, 2), losses=result.losses,
+    return dict(seed=seed, settings=dataclasses.asdict(s), steps=steps, seconds=round(seconds, 2), losses=result.losses,
                 history=history)  # fmt: skip
 
 

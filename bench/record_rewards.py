@@ -41,14 +41,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_posttrain import FULL_LR, SFT, TASK, finished, pretrain  # noqa: E402  the start is chapter 12's
+from record_posttrain import FULL_LR, SFT, TASK, finished, pretrain, score  # noqa: E402  the start is chapter 12's
 
 from gputrain.device import cpu_name  # noqa: E402
 from gputrain.posttrain import (  # noqa: E402
     ChatFormat,
     GRPOSettings,
     as_reward,
-    evaluate_task,
     final_answer,
     finetune,
     grade,
@@ -87,15 +86,6 @@ def task_args() -> dict:
     return dict(digits=TASK["digits"], ops=tuple(TASK["ops"]), seed=TASK["seed"])
 
 
-def score(model, test, seed: int, samples: int) -> dict:
-    """Greedy accuracy and pass@1..samples on the test problems, without the replies."""
-    ks = tuple(range(1, samples + 1)) if samples else ()
-    r = evaluate_task(model.eval(), ChatFormat(), test, samples=samples, ks=ks, seed=seed, digits=TASK["digits"])
-    d = r.to_dict()
-    d.pop("replies", None)
-    return d
-
-
 def brief(d: dict) -> str:
     first = (d.get("pass_at") or {}).get("1", {}).get("value")
     return f"greedy {d['greedy']['value']:.3f}" + (f", pass@1 {first:.3f}" if first is not None else "")
@@ -123,7 +113,7 @@ def scored_checkpoints(run_dir: Path, test, seed: int, samples: int) -> list[dic
     for ckpt in list_checkpoints(run_dir):
         model = load_chat_model(str(ckpt))[0]
         step = int(ckpt.name.split("_")[-1])
-        rows.append(dict(step=step, score=score(model, test, seed, samples)))
+        rows.append(dict(step=step, score=score(model.eval(), ChatFormat(), test, seed, samples)))
         print(f"    step {step}: {brief(rows[-1]['score'])}", flush=True)
     return rows
 
@@ -152,7 +142,7 @@ def sft_more(sft: Path, records, seed: int, steps: int, **overrides):
 
 def part_start(sft: Path, test, q: dict) -> dict:
     model = load_chat_model(str(list_checkpoints(sft)[-1]))[0]
-    rows = [score(model, test, s, q.get("samples", SAMPLES)) for s in q.get("seeds", SEEDS)]
+    rows = [score(model.eval(), ChatFormat(), test, s, q.get("samples", SAMPLES)) for s in q.get("seeds", SEEDS)]
     print(f"  start: {brief(rows[0])}", flush=True)
     return dict(scores=rows)
 
